@@ -1,0 +1,44 @@
+# kube-proxy-ipvs. `make demo` shows the daemon working in a VM with IPVS;
+# `make test` runs every test layer (unit, namespace integration, VM end-to-end).
+SHELL := /bin/bash
+GO ?= go
+BIN := bin
+export CGO_ENABLED ?= 0
+
+.PHONY: all build test unit integration e2e demo bench lint image deps clean
+
+all: build
+
+build:
+	$(GO) build -o $(BIN)/kube-proxy ./cmd/kube-proxy
+
+# Everything CI runs: the README's test command.
+test: deps lint unit integration e2e
+
+deps:
+	hack/install-deps.sh
+
+unit:
+	$(GO) test -count=1 ./...
+
+# Real ipset/iptables/conntrack in throwaway network namespaces (root).
+integration:
+	hack/integration.sh
+
+e2e: build
+	test/e2e/run.sh
+
+demo: build
+	test/e2e/demo.sh
+
+bench:
+	hack/bench.sh
+
+lint:
+	hack/lint.sh
+
+image:
+	docker build -t kube-proxy-ipvs:dev .
+
+clean:
+	rm -rf $(BIN) _output

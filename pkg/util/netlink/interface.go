@@ -1,0 +1,28 @@
+// Package netlink is the kernel boundary for links and addresses: the kube-ipvs0
+// dummy device, the service addresses bound to it, and the node's local addresses.
+package netlink
+
+import (
+	"context"
+	"net"
+)
+
+// DefaultDummyDevice is the interface that holds every service address.
+const DefaultDummyDevice = "kube-ipvs0"
+
+// Handle is what the proxier needs from rtnetlink. Address arguments are bare IPs;
+// they are bound with a host prefix (/32 or /128).
+type Handle interface {
+	// EnsureDummyDevice creates the dummy link (and sets it up) if missing; reports
+	// whether it existed.
+	EnsureDummyDevice(ctx context.Context, dev string) (bool, error)
+	DeleteDummyDevice(ctx context.Context, dev string) error
+	// EnsureAddressBind binds ip to dev; reports whether it was already bound.
+	EnsureAddressBind(ctx context.Context, ip net.IP, dev string) (bool, error)
+	UnbindAddress(ctx context.Context, ip net.IP, dev string) error
+	// ListBindAddress lists the addresses bound to dev (of both families).
+	ListBindAddress(ctx context.Context, dev string) ([]net.IP, error)
+	// GetLocalAddresses lists every local unicast address of the node, except those
+	// on excludeDev (and loopback addresses).
+	GetLocalAddresses(ctx context.Context, excludeDev string) ([]net.IP, error)
+}
