@@ -1,0 +1,267 @@
+// Package netns runs a test inside a fresh, private network and mount namespace so
+// that it can program iptables, ipsets, links and routes without touching the host.
+//
+// Usage, at the top of a root-only test:
+//
+//	func TestIntegrationSomething(t *testing.T) {
+//		netns.Run(t, func(t *testing.T) {
+//			// runs in a private netns with lo up, a private /run and /sys
+//		})
+//	}
+//
+// Outside a private namespace, Run re-executes the test binary for just this test
+// under `unshare --net --mount --propagation private`, streams the child's output
+// into the test log and fails when the child fails. The body only ever runs in the
+// child: there is no code path on which it runs in the caller's namespace.
+//
+// Inside the child, Run first checks that the network and mount namespaces really
+// differ from the parent's (the parent passes its namespace identities in the
+// environment), makes every mount private, mounts a tmpfs on /run (so
+// /run/xtables.lock and /run/netns are private) and a sysfs on /sys (so
+// /sys/class/net shows this namespace's links), and brings lo up.
+package netns
+
+import (
+	"bufio"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+)
+
+const (
+	// envTest names the test the child process was started for.
+	envTest = "KUBE_PROXY_IPVS_NETNS_TEST"
+	// envParentNet and envParentMnt carry the parent's namespace identities so the
+	// child can prove it is somewhere else before touching anything.
+	envParentNet = "KUBE_PROXY_IPVS_NETNS_PARENT_NET"
+	envParentMnt = "KUBE_PROXY_IPVS_NETNS_PARENT_MNT"
+)
+
+// Run runs body inside a fresh network namespace. It skips (loudly) when not root,
+// and fails when root but the namespace cannot be created.
+func Run(t *testing.T, body func(t *testing.T)) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skipf("SKIPPING %s: this real-kernel test needs root to create a private network namespace (run hack/integration.sh as root)", t.Name())
+	}
+	if want := os.Getenv(envTest); want != "" {
+		if want != t.Name() && !strings.HasPrefix(t.Name(), want+"/") {
+			t.Fatalf("netns child started for %q is running %q: refusing to run outside its namespace", want, t.Name())
+		}
+		if err := enterChild(); err != nil {
+			t.Fatalf("preparing private namespace: %v", err)
+		}
+		body(t)
+		return
+	}
+	runChild(t, []string{"-test.run", runPattern(t.Name()), "-test.bench", "^$"}, "--- ")
+}
+
+// RunBenchmark runs body inside a fresh network namespace. Outside one, it runs the
+// benchmark in a child process (once, whatever b.N the caller was started with),
+// copies the child's output, including the benchmark result line, to stdout and then
+// skips in the parent with a message that points at the child's result.
+func RunBenchmark(b *testing.B, body func(b *testing.B)) {
+	b.Helper()
+	if os.Geteuid() != 0 {
+		b.Skipf("SKIPPING %s: this real-kernel benchmark needs root to create a private network namespace", b.Name())
+	}
+	if want := os.Getenv(envTest); want != "" {
+		if want != b.Name() && !strings.HasPrefix(b.Name(), want+"/") {
+			b.Fatalf("netns child started for %q is running %q", want, b.Name())
+		}
+		if err := enterChild(); err != nil {
+			b.Fatalf("preparing private namespace: %v", err)
+		}
+		body(b)
+		return
+	}
+	args := []string{"-test.run", "^$", "-test.bench", runPattern(b.Name())}
+	for _, name := range []string{"test.benchtime", "test.benchmem", "test.cpu"} {
+		if f := flag.Lookup(name); f != nil && f.Value.String() != f.DefValue {
+			args = append(args, "-"+name+"="+f.Value.String())
+		}
+	}
+	runChild(b, args, "")
+	b.Skipf("%s ran in a private network namespace; its result is printed above", b.Name())
+}
+
+// InPrivateNamespace reports whether this process is a child started by Run or
+// RunBenchmark and its network namespace differs from the parent's. (PID 1's
+// namespace is not a usable reference: in containers /proc/1 may be unreadable.)
+func InPrivateNamespace() (bool, error) {
+	parent := os.Getenv(envParentNet)
+	if parent == "" {
+		return false, nil
+	}
+	self, err := nsID("/proc/self/ns/net")
+	if err != nil {
+		return false, err
+	}
+	return self != parent, nil
+}
+
+// runPattern turns a (sub)test name into an anchored -test.run pattern that selects
+// exactly that test: each slash-separated level is matched literally.
+func runPattern(name string) string {
+	parts := strings.Split(name, "/")
+	for i, p := range parts {
+		parts[i] = "^" + regexp.QuoteMeta(p) + "$"
+	}
+	return strings.Join(parts, "/")
+}
+
+// runChild re-executes the test binary in new namespaces. With a non-empty
+// resultPrefix (tests), output goes to the test log and the child's "--- PASS/SKIP"
+// verdict for this test is required; otherwise (benchmarks) output goes to stdout.
+func runChild(tb testing.TB, args []string, resultPrefix string) {
+	tb.Helper()
+	parentNet, err := nsID("/proc/self/ns/net")
+	if err != nil {
+		tb.Fatalf("reading own network namespace: %v", err)
+	}
+	parentMnt, err := nsID("/proc/self/ns/mnt")
+	if err != nil {
+		tb.Fatalf("reading own mount namespace: %v", err)
+	}
+	unshare, err := exec.LookPath("unshare")
+	if err != nil {
+		tb.Fatalf("running %s in a private network namespace needs unshare(1) (util-linux): %v", tb.Name(), err)
+	}
+	self, err := os.Executable()
+	if err != nil {
+		tb.Fatalf("finding the test binary: %v", err)
+	}
+	args = append(args, "-test.v=true", "-test.count=1")
+	for _, name := range []string{"test.timeout", "test.short", "test.failfast"} {
+		if f := flag.Lookup(name); f != nil && f.Value.String() != f.DefValue {
+			args = append(args, "-"+name+"="+f.Value.String())
+		}
+	}
+	cmdArgs := append([]string{"--net", "--mount", "--propagation", "private", "--", self}, args...)
+	cmd := exec.Command(unshare, cmdArgs...)
+	cmd.Env = append(os.Environ(),
+		envTest+"="+tb.Name(),
+		envParentNet+"="+parentNet,
+		envParentMnt+"="+parentMnt,
+	)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		tb.Fatalf("piping child output: %v", err)
+	}
+	cmd.Stderr = cmd.Stdout // the same pipe: keep the child's lines in order
+	if err := cmd.Start(); err != nil {
+		tb.Fatalf("starting %s under unshare: %v", tb.Name(), err)
+	}
+	var verdict, skipReason string
+	var lastLines []string
+	sc := bufio.NewScanner(out)
+	sc.Buffer(make([]byte, 64*1024), 4*1024*1024)
+	for sc.Scan() {
+		line := sc.Text()
+		if resultPrefix == "" {
+			fmt.Println(line)
+		} else {
+			tb.Log("[netns] " + line)
+		}
+		trimmed := strings.TrimSpace(line)
+		for _, v := range []string{"PASS", "FAIL", "SKIP"} {
+			if strings.HasPrefix(trimmed, "--- "+v+": "+tb.Name()+" ") {
+				verdict = v
+			}
+		}
+		if verdict == "SKIP" && skipReason == "" && len(lastLines) > 0 {
+			skipReason = lastLines[len(lastLines)-1]
+		}
+		lastLines = append(lastLines, trimmed)
+		if len(lastLines) > 5 {
+			lastLines = lastLines[1:]
+		}
+	}
+	scanErr := sc.Err()
+	waitErr := cmd.Wait()
+	if scanErr != nil {
+		tb.Fatalf("reading child output: %v", scanErr)
+	}
+	var exitErr *exec.ExitError
+	switch {
+	case waitErr != nil && errors.As(waitErr, &exitErr):
+		tb.Fatalf("%s failed in its private network namespace (exit status %d)", tb.Name(), exitErr.ExitCode())
+	case waitErr != nil:
+		tb.Fatalf("running %s in a private network namespace: %v", tb.Name(), waitErr)
+	}
+	if resultPrefix == "" {
+		return
+	}
+	switch verdict {
+	case "PASS":
+	case "SKIP":
+		tb.Skipf("child skipped %s: %s", tb.Name(), skipReason)
+	default:
+		tb.Fatalf("child process did not report a result for %s (pattern matched no test?)", tb.Name())
+	}
+}
+
+var (
+	childOnce sync.Once
+	childErr  error
+)
+
+// enterChild verifies isolation and prepares the private namespace, once per process.
+func enterChild() error {
+	childOnce.Do(func() { childErr = prepareChild() })
+	return childErr
+}
+
+func prepareChild() error {
+	for _, c := range []struct{ path, env string }{
+		{"/proc/self/ns/net", envParentNet},
+		{"/proc/self/ns/mnt", envParentMnt},
+	} {
+		id, err := nsID(c.path)
+		if err != nil {
+			return err
+		}
+		parent := os.Getenv(c.env)
+		if parent == "" || parent == id {
+			return fmt.Errorf("%s is %s, the same as the parent's (%q): not a private namespace", c.path, id, parent)
+		}
+	}
+	// Belt and braces: unshare --propagation private already did this; a shared
+	// mount here would leak the mounts below to the host.
+	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
+		return fmt.Errorf("making mounts private: %w", err)
+	}
+	if err := unix.Mount("tmpfs", "/run", "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=0755"); err != nil {
+		return fmt.Errorf("mounting a private tmpfs on /run: %w", err)
+	}
+	if err := unix.Mount("sysfs", "/sys", "sysfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
+		return fmt.Errorf("mounting this namespace's sysfs on /sys: %w", err)
+	}
+	lo, err := netlink.LinkByName("lo")
+	if err != nil {
+		return fmt.Errorf("finding lo: %w", err)
+	}
+	if err := netlink.LinkSetUp(lo); err != nil {
+		return fmt.Errorf("bringing lo up: %w", err)
+	}
+	return nil
+}
+
+// nsID reads a namespace identity such as "net:[4026531840]".
+func nsID(path string) (string, error) {
+	id, err := os.Readlink(path)
+	if err != nil {
+		return "", fmt.Errorf("reading namespace link %s: %w", path, err)
+	}
+	return id, nil
+}
