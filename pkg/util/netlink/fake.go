@@ -1,0 +1,240 @@
+package netlink
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"sort"
+	"strings"
+	"sync"
+
+	"golang.org/x/sys/unix"
+)
+
+// Operation names counted by Fake.Ops and accepted by Fake.InjectError.
+const (
+	OpEnsureDummy = "EnsureDummy"
+	OpDeleteDummy = "DeleteDummy"
+	OpBind        = "Bind"
+	OpUnbind      = "Unbind"
+	OpListBind    = "ListBind"
+	OpListLocal   = "ListLocal"
+)
+
+type fakeLink struct {
+	dummy bool
+	addrs map[string]net.IP
+}
+
+// Fake is an in-memory Handle with the kernel's answers: a missing link is ENODEV
+// (IsNotFound) except for DeleteDummyDevice, binding a bound address reports
+// "already bound", unbinding an unbound address succeeds. Node interfaces are set
+// up with AddLink. A failed call changes nothing.
+type Fake struct {
+	mu     sync.Mutex
+	links  map[string]*fakeLink
+	ops    map[string]int
+	inject map[string]error
+}
+
+var _ Handle = &Fake{}
+
+// NewFake returns a Fake with no links.
+func NewFake() *Fake {
+	return &Fake{links: map[string]*fakeLink{}, ops: map[string]int{}, inject: map[string]error{}}
+}
+
+// AddLink adds (or replaces) a non-dummy link holding the given addresses, e.g.
+// AddLink("eth0", "10.0.0.5", "fd00::5") or AddLink("lo", "127.0.0.1", "::1").
+func (f *Fake) AddLink(name string, ips ...string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	l := &fakeLink{addrs: map[string]net.IP{}}
+	for _, s := range ips {
+		ip := net.ParseIP(s)
+		if ip == nil {
+			panic(fmt.Sprintf("netlink.Fake.AddLink: invalid IP %q", s))
+		}
+		l.addrs[ip.String()] = normalizeIP(ip)
+	}
+	f.links[name] = l
+}
+
+// Ops returns how many calls of each operation were made, failed ones included.
+func (f *Fake) Ops() map[string]int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := make(map[string]int, len(f.ops))
+	for k, v := range f.ops {
+		out[k] = v
+	}
+	return out
+}
+
+// ResetOps zeroes the operation counters.
+func (f *Fake) ResetOps() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.ops = map[string]int{}
+}
+
+// InjectError makes every later call of opName fail with err (wrapped) without
+// changing state; a nil err removes the injection.
+func (f *Fake) InjectError(opName string, err error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err == nil {
+		delete(f.inject, opName)
+		return
+	}
+	f.inject[opName] = err
+}
+
+func (f *Fake) begin(ctx context.Context, op string) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	f.ops[op]++
+	return f.inject[op]
+}
+
+func (f *Fake) link(dev string) (*fakeLink, error) {
+	l, ok := f.links[dev]
+	if !ok {
+		return nil, fmt.Errorf("finding link %s: %w", dev, unix.ENODEV)
+	}
+	return l, nil
+}
+
+func (f *Fake) EnsureDummyDevice(ctx context.Context, dev string) (bool, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.begin(ctx, OpEnsureDummy); err != nil {
+		return false, fmt.Errorf("creating dummy link %s: %w", dev, err)
+	}
+	if _, ok := f.links[dev]; ok {
+		return true, nil
+	}
+	f.links[dev] = &fakeLink{dummy: true, addrs: map[string]net.IP{}}
+	return false, nil
+}
+
+func (f *Fake) DeleteDummyDevice(ctx context.Context, dev string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.begin(ctx, OpDeleteDummy); err != nil {
+		return fmt.Errorf("deleting dummy link %s: %w", dev, err)
+	}
+	delete(f.links, dev)
+	return nil
+}
+
+func (f *Fake) EnsureAddressBind(ctx context.Context, ip net.IP, dev string) (bool, error) {
+	if _, err := hostNet(ip); err != nil {
+		return false, fmt.Errorf("binding address to %s: %w", dev, err)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.begin(ctx, OpBind); err != nil {
+		return false, fmt.Errorf("binding address %s to %s: %w", ip, dev, err)
+	}
+	l, err := f.link(dev)
+	if err != nil {
+		return false, fmt.Errorf("binding address %s: %w", ip, err)
+	}
+	if _, ok := l.addrs[ip.String()]; ok {
+		return true, nil
+	}
+	l.addrs[ip.String()] = normalizeIP(append(net.IP(nil), ip...))
+	return false, nil
+}
+
+func (f *Fake) UnbindAddress(ctx context.Context, ip net.IP, dev string) error {
+	if _, err := hostNet(ip); err != nil {
+		return fmt.Errorf("unbinding address from %s: %w", dev, err)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.begin(ctx, OpUnbind); err != nil {
+		return fmt.Errorf("unbinding address %s from %s: %w", ip, dev, err)
+	}
+	l, err := f.link(dev)
+	if err != nil {
+		return fmt.Errorf("unbinding address %s: %w", ip, err)
+	}
+	delete(l.addrs, ip.String())
+	return nil
+}
+
+func (f *Fake) ListBindAddress(ctx context.Context, dev string) ([]net.IP, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.begin(ctx, OpListBind); err != nil {
+		return nil, fmt.Errorf("listing addresses of %s: %w", dev, err)
+	}
+	l, err := f.link(dev)
+	if err != nil {
+		return nil, fmt.Errorf("listing addresses: %w", err)
+	}
+	var out []net.IP
+	for _, ip := range l.addrs {
+		if ip.To4() != nil || !ip.IsLinkLocalUnicast() {
+			out = append(out, append(net.IP(nil), ip...))
+		}
+	}
+	return sortIPs(out), nil
+}
+
+func (f *Fake) GetLocalAddresses(ctx context.Context, excludeDev string) ([]net.IP, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.begin(ctx, OpListLocal); err != nil {
+		return nil, fmt.Errorf("listing local addresses: %w", err)
+	}
+	seen := map[string]bool{}
+	var out []net.IP
+	for name, l := range f.links {
+		if name == excludeDev {
+			continue
+		}
+		for key, ip := range l.addrs {
+			if isNodeAddress(ip) && !seen[key] {
+				seen[key] = true
+				out = append(out, append(net.IP(nil), ip...))
+			}
+		}
+	}
+	return sortIPs(out), nil
+}
+
+// Dump prints one line per link, sorted by name, with its addresses sorted:
+//
+//	eth0: 10.0.0.5 fd00::5
+//	kube-ipvs0 (dummy): 10.96.0.1 10.96.0.10
+func (f *Fake) Dump() string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	names := make([]string, 0, len(f.links))
+	for name := range f.links {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	var b strings.Builder
+	for _, name := range names {
+		l := f.links[name]
+		b.WriteString(name)
+		if l.dummy {
+			b.WriteString(" (dummy)")
+		}
+		b.WriteString(":")
+		ips := make([]net.IP, 0, len(l.addrs))
+		for _, ip := range l.addrs {
+			ips = append(ips, ip)
+		}
+		for _, ip := range sortIPs(ips) {
+			b.WriteString(" " + ip.String())
+		}
+		b.WriteString("\n")
+	}
+	return b.String()
+}

@@ -1,0 +1,306 @@
+package netlink
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"sort"
+	"sync"
+
+	vnl "github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+)
+
+// addrGenModeNone is IN6_ADDR_GEN_MODE_NONE (linux/if_link.h): no automatic IPv6
+// addresses on the link.
+const addrGenModeNone = 1
+
+// IsNotFound reports whether err says a link does not exist (ENODEV).
+func IsNotFound(err error) bool {
+	return errors.Is(err, unix.ENODEV)
+}
+
+// IsExists reports whether err says an address or link already exists (EEXIST).
+func IsExists(err error) bool {
+	return errors.Is(err, unix.EEXIST)
+}
+
+// Client is the rtnetlink Handle for the calling thread's network namespace.
+type Client struct {
+	mu sync.Mutex
+	h  *vnl.Handle
+}
+
+var _ Handle = &Client{}
+
+// New opens an rtnetlink socket in the current network namespace.
+func New() (*Client, error) {
+	h, err := vnl.NewHandle(unix.NETLINK_ROUTE)
+	if err != nil {
+		return nil, fmt.Errorf("opening rtnetlink socket: %w", err)
+	}
+	return &Client{h: h}, nil
+}
+
+// Close releases the socket.
+func (c *Client) Close() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.h != nil {
+		c.h.Close()
+		c.h = nil
+	}
+}
+
+func (c *Client) handle(ctx context.Context) (*vnl.Handle, func(), error) {
+	if err := ctx.Err(); err != nil {
+		return nil, nil, err
+	}
+	c.mu.Lock()
+	if c.h == nil {
+		c.mu.Unlock()
+		return nil, nil, fmt.Errorf("netlink client is closed")
+	}
+	return c.h, c.mu.Unlock, nil
+}
+
+// linkByName maps vishvananda's LinkNotFoundError back to the kernel's ENODEV so
+// that IsNotFound works on it.
+func linkByName(h *vnl.Handle, dev string) (vnl.Link, error) {
+	link, err := h.LinkByName(dev)
+	if err != nil {
+		var nf vnl.LinkNotFoundError
+		if errors.As(err, &nf) {
+			return nil, fmt.Errorf("finding link %s: %w", dev, unix.ENODEV)
+		}
+		return nil, fmt.Errorf("finding link %s: %w", dev, err)
+	}
+	return link, nil
+}
+
+// addrList retries a dump the kernel interrupted because addresses changed under
+// it (NLM_F_DUMP_INTR), which would otherwise give a partial list.
+func addrList(h *vnl.Handle, link vnl.Link) ([]vnl.Addr, error) {
+	var err error
+	for range 5 {
+		var addrs []vnl.Addr
+		addrs, err = h.AddrList(link, unix.AF_UNSPEC)
+		if err == nil {
+			return addrs, nil
+		}
+		if !errors.Is(err, vnl.ErrDumpInterrupted) {
+			return nil, err
+		}
+	}
+	return nil, err
+}
+
+func hostNet(ip net.IP) (*net.IPNet, error) {
+	if v4 := ip.To4(); v4 != nil {
+		return &net.IPNet{IP: v4, Mask: net.CIDRMask(32, 32)}, nil
+	}
+	if len(ip) == net.IPv6len {
+		return &net.IPNet{IP: ip, Mask: net.CIDRMask(128, 128)}, nil
+	}
+	return nil, fmt.Errorf("invalid IP address %q", ip)
+}
+
+// EnsureDummyDevice creates dev as a dummy link if it does not exist and makes
+// sure it is up. Upstream kube-proxy leaves kube-ipvs0 down, which works for IPv4
+// (the local route of an address exists on a down link) but leaves IPv6 addresses
+// tentative and unroutable until the link is up; dummy links are NOARP, so being
+// up answers no ARP or ND. IPv6 address generation is turned off on a link we
+// create so it does not grow a link-local address that is no service address.
+func (c *Client) EnsureDummyDevice(ctx context.Context, dev string) (bool, error) {
+	h, unlock, err := c.handle(ctx)
+	if err != nil {
+		return false, err
+	}
+	defer unlock()
+	existed := true
+	link, err := linkByName(h, dev)
+	if IsNotFound(err) {
+		existed = false
+		if err := h.LinkAdd(&vnl.Dummy{LinkAttrs: vnl.LinkAttrs{Name: dev}}); err != nil && !IsExists(err) {
+			return false, fmt.Errorf("creating dummy link %s: %w", dev, err)
+		}
+		if link, err = linkByName(h, dev); err != nil {
+			return false, fmt.Errorf("reading back dummy link %s: %w", dev, err)
+		}
+		// Best effort: fails only where IPv6 is disabled, and ListBindAddress
+		// ignores link-local addresses anyway.
+		_ = h.LinkSetIP6AddrGenMode(link, addrGenModeNone)
+	} else if err != nil {
+		return false, err
+	}
+	if link.Attrs().Flags&net.FlagUp == 0 {
+		if err := h.LinkSetUp(link); err != nil {
+			return existed, fmt.Errorf("setting link %s up: %w", dev, err)
+		}
+	}
+	return existed, nil
+}
+
+// DeleteDummyDevice deletes dev; a missing link is not an error.
+func (c *Client) DeleteDummyDevice(ctx context.Context, dev string) error {
+	h, unlock, err := c.handle(ctx)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	link, err := linkByName(h, dev)
+	if IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("deleting dummy link: %w", err)
+	}
+	if err := h.LinkDel(link); err != nil && !errors.Is(err, unix.ENODEV) {
+		return fmt.Errorf("deleting dummy link %s: %w", dev, err)
+	}
+	return nil
+}
+
+// EnsureAddressBind adds ip with a host prefix and the default (global) scope, as
+// upstream kube-proxy does; EEXIST means it was already bound.
+func (c *Client) EnsureAddressBind(ctx context.Context, ip net.IP, dev string) (bool, error) {
+	ipNet, err := hostNet(ip)
+	if err != nil {
+		return false, fmt.Errorf("binding address to %s: %w", dev, err)
+	}
+	h, unlock, err := c.handle(ctx)
+	if err != nil {
+		return false, err
+	}
+	defer unlock()
+	link, err := linkByName(h, dev)
+	if err != nil {
+		return false, fmt.Errorf("binding address %s: %w", ip, err)
+	}
+	if err := h.AddrAdd(link, &vnl.Addr{IPNet: ipNet}); err != nil {
+		if IsExists(err) {
+			return true, nil
+		}
+		return false, fmt.Errorf("binding address %s to %s: %w", ip, dev, err)
+	}
+	return false, nil
+}
+
+// UnbindAddress removes ip from dev; an address that is not bound is not an error
+// (the kernel says EADDRNOTAVAIL), a missing link is (IsNotFound).
+func (c *Client) UnbindAddress(ctx context.Context, ip net.IP, dev string) error {
+	ipNet, err := hostNet(ip)
+	if err != nil {
+		return fmt.Errorf("unbinding address from %s: %w", dev, err)
+	}
+	h, unlock, err := c.handle(ctx)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	link, err := linkByName(h, dev)
+	if err != nil {
+		return fmt.Errorf("unbinding address %s: %w", ip, err)
+	}
+	if err := h.AddrDel(link, &vnl.Addr{IPNet: ipNet}); err != nil && !errors.Is(err, unix.EADDRNOTAVAIL) {
+		return fmt.Errorf("unbinding address %s from %s: %w", ip, dev, err)
+	}
+	return nil
+}
+
+// ListBindAddress lists the addresses on dev, IPv4 first, sorted. IPv6 link-local
+// addresses are left out: the kernel adds them itself and they are never service
+// addresses, so a reconciler must not try to remove them.
+func (c *Client) ListBindAddress(ctx context.Context, dev string) ([]net.IP, error) {
+	h, unlock, err := c.handle(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	link, err := linkByName(h, dev)
+	if err != nil {
+		return nil, fmt.Errorf("listing addresses: %w", err)
+	}
+	addrs, err := addrList(h, link)
+	if err != nil {
+		return nil, fmt.Errorf("listing addresses of %s: %w", dev, err)
+	}
+	var out []net.IP
+	for _, a := range addrs {
+		if ip := a.IP; ip.To4() != nil || !ip.IsLinkLocalUnicast() {
+			out = append(out, normalizeIP(ip))
+		}
+	}
+	return sortIPs(out), nil
+}
+
+// GetLocalAddresses lists the node's addresses on every link but excludeDev,
+// leaving out loopback and IPv6 link-local addresses (as upstream's
+// GetAllLocalAddressesExcept; IPv4 link-local addresses are kept). Sorted, no
+// duplicates.
+func (c *Client) GetLocalAddresses(ctx context.Context, excludeDev string) ([]net.IP, error) {
+	h, unlock, err := c.handle(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	excludeIndex := -1
+	if excludeDev != "" {
+		link, err := linkByName(h, excludeDev)
+		switch {
+		case err == nil:
+			excludeIndex = link.Attrs().Index
+		case !IsNotFound(err):
+			return nil, fmt.Errorf("listing local addresses: %w", err)
+		}
+	}
+	addrs, err := addrList(h, nil)
+	if err != nil {
+		return nil, fmt.Errorf("listing local addresses: %w", err)
+	}
+	return localAddresses(addrs, excludeIndex), nil
+}
+
+func localAddresses(addrs []vnl.Addr, excludeIndex int) []net.IP {
+	seen := map[string]bool{}
+	var out []net.IP
+	for _, a := range addrs {
+		if a.LinkIndex == excludeIndex || a.IPNet == nil {
+			continue
+		}
+		ip := a.IP
+		if !isNodeAddress(ip) || seen[ip.String()] {
+			continue
+		}
+		seen[ip.String()] = true
+		out = append(out, normalizeIP(ip))
+	}
+	return sortIPs(out)
+}
+
+func isNodeAddress(ip net.IP) bool {
+	if ip.IsLoopback() || ip.IsUnspecified() || ip.IsMulticast() {
+		return false
+	}
+	return ip.To4() != nil || !ip.IsLinkLocalUnicast()
+}
+
+func normalizeIP(ip net.IP) net.IP {
+	if v4 := ip.To4(); v4 != nil {
+		return v4
+	}
+	return ip
+}
+
+// sortIPs sorts IPv4 before IPv6, numerically within a family.
+func sortIPs(ips []net.IP) []net.IP {
+	sort.Slice(ips, func(i, j int) bool {
+		a4, b4 := ips[i].To4(), ips[j].To4()
+		if (a4 == nil) != (b4 == nil) {
+			return a4 != nil
+		}
+		return string(ips[i].To16()) < string(ips[j].To16())
+	})
+	return ips
+}

@@ -1,0 +1,98 @@
+//go:build vmtest
+
+package netlink
+
+// Real-kernel tests that need the dummy link type, which the development host
+// lacks: built with -tags vmtest and run as root inside the test VM (hack/vmtest.sh).
+
+import (
+	"context"
+	"net"
+	"testing"
+
+	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/testing/netns"
+	vnl "github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+)
+
+func TestVMDummyDevice(t *testing.T) {
+	netns.Run(t, func(t *testing.T) {
+		c, err := New()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		checkDummyContract(t, c)
+	})
+}
+
+func TestVMDummyDeviceUpWithoutLinkLocal(t *testing.T) {
+	netns.Run(t, func(t *testing.T) {
+		c, err := New()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		ctx := context.Background()
+		if _, err := c.EnsureDummyDevice(ctx, DefaultDummyDevice); err != nil {
+			t.Fatal(err)
+		}
+		l, err := vnl.LinkByName(DefaultDummyDevice)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if l.Type() != "dummy" {
+			t.Errorf("link type %q, want dummy", l.Type())
+		}
+		if l.Attrs().Flags&net.FlagUp == 0 {
+			t.Errorf("%s is not up", DefaultDummyDevice)
+		}
+		addrs, err := vnl.AddrList(l, unix.AF_UNSPEC)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(addrs) != 0 {
+			t.Errorf("fresh %s has addresses %v, want none (IPv6 address generation off)", DefaultDummyDevice, addrs)
+		}
+		// A down device (as upstream leaves it) is brought up by Ensure.
+		if err := vnl.LinkSetDown(l); err != nil {
+			t.Fatal(err)
+		}
+		if existed, err := c.EnsureDummyDevice(ctx, DefaultDummyDevice); err != nil || !existed {
+			t.Fatalf("EnsureDummyDevice on an existing down link = %v, %v", existed, err)
+		}
+		if l, err = vnl.LinkByName(DefaultDummyDevice); err != nil || l.Attrs().Flags&net.FlagUp == 0 {
+			t.Errorf("%s not brought up again (err %v)", DefaultDummyDevice, err)
+		}
+	})
+}
+
+func TestVMAddressContractOnDummy(t *testing.T) {
+	netns.Run(t, func(t *testing.T) {
+		setupContractLinks(t, "dev0")
+		c, err := New()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		ctx := context.Background()
+		if _, err := c.EnsureDummyDevice(ctx, DefaultDummyDevice); err != nil {
+			t.Fatal(err)
+		}
+		checkAddressContract(t, c, DefaultDummyDevice)
+		// A service address bound to the up dummy device is a local address: the
+		// kernel routes it to the host (table local), which IPVS needs.
+		for _, s := range []string{"10.96.0.7", "fd00:96::7"} {
+			if _, err := c.EnsureAddressBind(ctx, net.ParseIP(s), DefaultDummyDevice); err != nil {
+				t.Fatal(err)
+			}
+			routes, err := vnl.RouteGet(net.ParseIP(s))
+			if err != nil {
+				t.Fatalf("route to %s: %v", s, err)
+			}
+			if len(routes) == 0 || routes[0].Type != unix.RTN_LOCAL {
+				t.Errorf("route to %s = %+v, want a local route", s, routes)
+			}
+		}
+	})
+}
