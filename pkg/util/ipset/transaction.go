@@ -54,3 +54,47 @@ func (tx *Transaction) Swap(a, b string) { tx.ops = append(tx.ops, op{kind: opSw
 
 // Len is the number of operations in the batch.
 func (tx *Transaction) Len() int { return len(tx.ops) }
+
+// OpCounts counts operations by kind (what a sync reports as kernel operations).
+type OpCounts struct {
+	Create, Add, Del, Flush, Destroy, Swap int
+}
+
+// Total is the number of operations.
+func (c OpCounts) Total() int { return c.Create + c.Add + c.Del + c.Flush + c.Destroy + c.Swap }
+
+func (c *OpCounts) count(k opKind) {
+	switch k {
+	case opCreate:
+		c.Create++
+	case opAdd:
+		c.Add++
+	case opDel:
+		c.Del++
+	case opFlush:
+		c.Flush++
+	case opDestroy:
+		c.Destroy++
+	case opSwap:
+		c.Swap++
+	}
+}
+
+// Counts returns the number of operations of each kind in the batch.
+func (tx *Transaction) Counts() OpCounts {
+	var c OpCounts
+	for _, o := range tx.ops {
+		c.count(o.kind)
+	}
+	return c
+}
+
+// String renders the batch as the `ipset restore` script Apply would run (without
+// validation; use it for logs and test failures).
+func (tx *Transaction) String() string {
+	var b []byte
+	for _, o := range tx.ops {
+		b = appendLine(b, o)
+	}
+	return string(b)
+}

@@ -1,0 +1,258 @@
+package ipset
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+
+	utilexec "k8s.io/utils/exec"
+)
+
+const cmdIPSet = "ipset"
+
+// runner is the real Interface over the ipset(8) binary.
+type runner struct {
+	exec utilexec.Interface
+}
+
+// New returns the real implementation. Every Apply is one `ipset restore -exist`
+// process fed on stdin; reads are one `ipset list`/`ipset save` each.
+func New(exec utilexec.Interface) Interface {
+	return &runner{exec: exec}
+}
+
+var _ Interface = &runner{}
+
+// run executes ipset with args and stdin; a failure becomes an *Error of the kind
+// ipset's message names.
+func (r *runner) run(ctx context.Context, command string, stdin []byte, args ...string) ([]byte, *Error) {
+	cmd := r.exec.CommandContext(ctx, cmdIPSet, args...)
+	var stdout, stderr bytes.Buffer
+	if stdin != nil {
+		cmd.SetStdin(bytes.NewReader(stdin))
+	}
+	cmd.SetStdout(&stdout)
+	cmd.SetStderr(&stderr)
+	err := cmd.Run()
+	if err == nil {
+		return stdout.Bytes(), nil
+	}
+	line, reason := parseStderr(stderr.String())
+	kind := ErrUnknown
+	if reason != "" {
+		kind = classify(reason)
+	}
+	if ctx.Err() != nil {
+		err = fmt.Errorf("%w: %w", ctx.Err(), err)
+	}
+	return nil, &Error{Command: command, Index: line - 1, Reason: reason, Kind: kind, Err: err}
+}
+
+// Apply validates the whole transaction, then runs it as one `ipset restore -exist`.
+func (r *runner) Apply(ctx context.Context, tx *Transaction) error {
+	if tx == nil || len(tx.ops) == 0 {
+		return nil
+	}
+	ops, err := tx.prepare()
+	if err != nil {
+		return err
+	}
+	_, ierr := r.run(ctx, "restore", encode(ops), "restore", "-exist")
+	if ierr == nil {
+		return nil
+	}
+	if ierr.Index >= 0 && ierr.Index < len(ops) {
+		ierr.Line = opLine(ops[ierr.Index])
+	} else {
+		ierr.Index = -1
+	}
+	return ierr
+}
+
+// ListSets returns every set's header, from `ipset list -t` (the human format: it is
+// the only listing that prints names containing blanks unambiguously).
+func (r *runner) ListSets(ctx context.Context) ([]*Set, error) {
+	out, ierr := r.run(ctx, "list", nil, "list", "-t")
+	if ierr != nil {
+		return nil, ierr
+	}
+	return parseListTerse(out)
+}
+
+// ListEntries returns one set's entries from `ipset list -o save NAME`.
+func (r *runner) ListEntries(ctx context.Context, set string) ([]string, error) {
+	if err := ValidateName(set); err != nil {
+		return nil, &Error{Command: "list", Index: -1, Kind: ErrInvalid, Reason: err.Error()}
+	}
+	out, ierr := r.run(ctx, "list", nil, "list", "-o", "save", set)
+	if ierr != nil {
+		ierr.Reason = fmt.Sprintf("set %s: %s", set, ierr.Reason)
+		return nil, ierr
+	}
+	sets, err := parseSave(out)
+	if err != nil {
+		return nil, err
+	}
+	s, ok := sets[set]
+	if !ok {
+		return nil, &Error{Command: "list", Index: -1, Kind: ErrSetNotFound, Reason: "set " + set + " missing from ipset's listing"}
+	}
+	return s.Entries, nil
+}
+
+// SaveAll returns every set with its entries from one `ipset save`.
+func (r *runner) SaveAll(ctx context.Context) (map[string]*SetWithEntries, error) {
+	out, ierr := r.run(ctx, "save", nil, "save")
+	if ierr != nil {
+		return nil, ierr
+	}
+	return parseSave(out)
+}
+
+// knownTypePrefixes start every ipset type name; `ipset save` prints names
+// unquoted, so the type token is what ends a name that contains blanks.
+var knownTypePrefixes = []string{"hash:", "bitmap:", "list:"}
+
+func isTypeToken(tok string) bool {
+	for _, p := range knownTypePrefixes {
+		if strings.HasPrefix(tok, p) && len(tok) > len(p) {
+			return true
+		}
+	}
+	return false
+}
+
+// parseSave parses `ipset save` output. Entries keep only the element (options such
+// as timeout, counters or comments are dropped).
+func parseSave(out []byte) (map[string]*SetWithEntries, error) {
+	sets := map[string]*SetWithEntries{}
+	var cur *SetWithEntries
+	sc := bufio.NewScanner(bytes.NewReader(out))
+	sc.Buffer(make([]byte, 64*1024), 1024*1024)
+	for n := 1; sc.Scan(); n++ {
+		line := sc.Text()
+		switch {
+		case line == "":
+		case strings.HasPrefix(line, "create "):
+			s, err := parseCreate(strings.Fields(line))
+			if err != nil {
+				return nil, fmt.Errorf("parsing ipset save line %d %q: %w", n, line, err)
+			}
+			cur = &SetWithEntries{Set: *s}
+			sets[s.Name] = cur
+		case strings.HasPrefix(line, "add "):
+			rest, ok := strings.CutPrefix(line, "add ")
+			if ok && cur != nil {
+				rest, ok = strings.CutPrefix(rest, cur.Name+" ")
+			}
+			if !ok || cur == nil {
+				return nil, fmt.Errorf("parsing ipset save line %d %q: add outside its set", n, line)
+			}
+			elem, _, _ := strings.Cut(rest, " ")
+			cur.Entries = append(cur.Entries, elem)
+		default:
+			return nil, fmt.Errorf("parsing ipset save line %d %q: unknown command", n, line)
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("reading ipset save output: %w", err)
+	}
+	return sets, nil
+}
+
+// parseCreate parses the fields of "create NAME TYPE options..." (NAME may span
+// several fields).
+func parseCreate(f []string) (*Set, error) {
+	ti := -1
+	for i := 2; i < len(f); i++ {
+		if isTypeToken(f[i]) {
+			ti = i
+			break
+		}
+	}
+	if ti < 0 {
+		return nil, errors.New("no set type")
+	}
+	s := &Set{Name: strings.Join(f[1:ti], " "), Type: Type(f[ti])}
+	return s, parseHeader(s, f[ti+1:])
+}
+
+// parseHeader fills s from header options ("family inet hashsize 1024 ...").
+func parseHeader(s *Set, f []string) error {
+	for i := 0; i < len(f); i++ {
+		key := f[i]
+		val := ""
+		switch key {
+		case "family", "hashsize", "maxelem", "range", "bucketsize", "initval", "timeout", "netmask", "size", "markmask":
+			if i+1 >= len(f) {
+				return fmt.Errorf("option %s without a value", key)
+			}
+			val = f[i+1]
+			i++
+		default:
+			continue // flags such as counters, comment, skbinfo, forceadd
+		}
+		var err error
+		switch key {
+		case "family":
+			s.Family = val
+		case "hashsize":
+			s.HashSize, err = strconv.Atoi(val)
+		case "maxelem":
+			s.MaxElem, err = strconv.Atoi(val)
+		case "range":
+			if s.Type == BitmapPort {
+				lo, hi, ok := strings.Cut(val, "-")
+				if !ok {
+					return fmt.Errorf("range %q is not MIN-MAX", val)
+				}
+				if s.PortMin, err = strconv.Atoi(lo); err == nil {
+					s.PortMax, err = strconv.Atoi(hi)
+				}
+			}
+		}
+		if err != nil {
+			return fmt.Errorf("option %s %q: %w", key, val, err)
+		}
+	}
+	return nil
+}
+
+// parseListTerse parses `ipset list -t`: blocks of "Name:", "Type:", "Header:".
+func parseListTerse(out []byte) ([]*Set, error) {
+	var sets []*Set
+	var cur *Set
+	sc := bufio.NewScanner(bytes.NewReader(out))
+	for n := 1; sc.Scan(); n++ {
+		line := sc.Text()
+		key, val, ok := strings.Cut(line, ": ")
+		if !ok {
+			key, val = strings.TrimSuffix(line, ":"), ""
+		}
+		switch key {
+		case "Name":
+			cur = &Set{Name: val}
+			sets = append(sets, cur)
+		case "Type":
+			if cur == nil {
+				return nil, fmt.Errorf("parsing ipset list line %d %q: Type before Name", n, line)
+			}
+			cur.Type = Type(val)
+		case "Header":
+			if cur == nil {
+				return nil, fmt.Errorf("parsing ipset list line %d %q: Header before Name", n, line)
+			}
+			if err := parseHeader(cur, strings.Fields(val)); err != nil {
+				return nil, fmt.Errorf("parsing ipset list line %d %q: %w", n, line, err)
+			}
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("reading ipset list output: %w", err)
+	}
+	return sets, nil
+}
