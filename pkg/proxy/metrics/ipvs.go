@@ -1,0 +1,98 @@
+package metrics
+
+import (
+	"k8s.io/component-base/metrics"
+)
+
+// Our metrics, not in upstream. All are ALPHA and named kubeproxy_ipvs_*:
+//
+//	kubeproxy_ipvs_kernel_operations_total{subsystem,operation}  counter
+//	kubeproxy_ipvs_syncs_total{type}                             counter  type: full|partial
+//	kubeproxy_ipvs_sync_failures_total                           counter
+//	kubeproxy_ipvs_drift_repairs_total{subsystem}                counter
+//	kubeproxy_ipvs_graceful_termination_pending                  gauge
+//
+// and, only when enabled (RegisterVirtualServerStats), the per-virtual-server
+// counters described in vsstats.go.
+
+const ipvsMetricPrefix = "ipvs_"
+
+// Values of the subsystem label: the kernel boundary the operation went through.
+const (
+	SubsystemIPVS      = "ipvs"
+	SubsystemIPSet     = "ipset"
+	SubsystemIPTables  = "iptables"
+	SubsystemNetlink   = "netlink" // addresses on kube-ipvs0, the dummy link
+	SubsystemConntrack = "conntrack"
+	SubsystemSysctl    = "sysctl"
+)
+
+// Values of the type label of SyncsTotal.
+const (
+	SyncTypeFull    = "full"
+	SyncTypePartial = "partial"
+)
+
+var (
+	// KernelOperationsTotal counts the requests we sent across the kernel boundary:
+	// one per netlink request, per ipset restore, per iptables-restore run. Work
+	// proportional to change shows here: an idle partial sync adds nothing.
+	// Labels: subsystem (Subsystem*), operation (free text owned by the caller,
+	// e.g. "add_virtual_server", "restore", "dump"; keep the set small).
+	KernelOperationsTotal = metrics.NewCounterVec(
+		&metrics.CounterOpts{
+			Subsystem:      kubeProxySubsystem,
+			Name:           ipvsMetricPrefix + "kernel_operations_total",
+			Help:           "Cumulative operations sent to the kernel, by subsystem and operation",
+			StabilityLevel: metrics.ALPHA,
+		},
+		[]string{"subsystem", "operation"},
+	)
+
+	// SyncsTotal counts completed sync attempts (successful or not) by type.
+	// Labels: type (SyncTypeFull, SyncTypePartial).
+	SyncsTotal = metrics.NewCounterVec(
+		&metrics.CounterOpts{
+			Subsystem:      kubeProxySubsystem,
+			Name:           ipvsMetricPrefix + "syncs_total",
+			Help:           "Cumulative proxy rule syncs, by type (full or partial)",
+			StabilityLevel: metrics.ALPHA,
+		},
+		[]string{"type"},
+	)
+
+	// SyncFailuresTotal counts syncs that returned an error (and so forced the next
+	// sync to be a full one).
+	SyncFailuresTotal = metrics.NewCounter(
+		&metrics.CounterOpts{
+			Subsystem:      kubeProxySubsystem,
+			Name:           ipvsMetricPrefix + "sync_failures_total",
+			Help:           "Cumulative proxy rule syncs that failed",
+			StabilityLevel: metrics.ALPHA,
+		},
+	)
+
+	// DriftRepairsTotal counts objects a full sync found different in the kernel
+	// from what we had last written (changed by someone else, or lost) and repaired.
+	// Labels: subsystem (Subsystem*).
+	DriftRepairsTotal = metrics.NewCounterVec(
+		&metrics.CounterOpts{
+			Subsystem:      kubeProxySubsystem,
+			Name:           ipvsMetricPrefix + "drift_repairs_total",
+			Help:           "Cumulative kernel objects found drifted from the last written state and repaired, by subsystem",
+			StabilityLevel: metrics.ALPHA,
+		},
+		[]string{"subsystem"},
+	)
+
+	// GracefulTerminationPending is the number of real servers currently draining
+	// (weight 0, waiting for their connections to end or their deadline).
+	GracefulTerminationPending = metrics.NewGauge(
+		&metrics.GaugeOpts{
+			Subsystem:      kubeProxySubsystem,
+			Name:           ipvsMetricPrefix + "graceful_termination_pending",
+			Help:           "Real servers currently draining before removal",
+			StabilityLevel: metrics.ALPHA,
+		},
+	)
+)
