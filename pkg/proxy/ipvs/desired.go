@@ -1,0 +1,308 @@
+package ipvs
+
+import (
+	"net"
+	"sort"
+	"strconv"
+	"strings"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/sets"
+
+	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/proxy"
+	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/ipvs"
+)
+
+// FlagSourceHash is the flag upstream sets on every virtual server when the scheduler is
+// "mh" (IP_VS_SVC_F_SCHED_MH_PORT: hash the source port too).
+const FlagSourceHash = ipvs.FlagSchedSH2
+
+// buildContext is everything the desired-state builder needs besides a service's ports
+// and endpoints. It is read-only during a build.
+type buildContext struct {
+	family     v1.IPFamily
+	nodeName   string
+	nodeLabels map[string]string
+	// nodeIP is the node's primary address of this family; a LoadBalancer source range
+	// that contains it lets the node itself reach the LB address.
+	nodeIP net.IP
+	// nodePortIPs are the addresses NodePort virtual servers listen on.
+	nodePortIPs []net.IP
+	// localAddrs are the node's own addresses (not those on kube-ipvs0): an external or
+	// LB address that is already local is not bound to kube-ipvs0.
+	localAddrs sets.Set[string]
+	scheduler  string
+	// drainTerminating keeps TCP endpoints that are terminating as weight-0 real servers
+	// so their connections finish (kubernetes#57841). Off on kernels where weight 0 does
+	// not stop port reuse from landing on them (conn_reuse_mode, kubernetes#81775).
+	drainTerminating bool
+}
+
+// serviceState is the desired kernel state of every port of one Service. It is built by
+// a pure function and compared against the previous one to find what a sync must touch.
+type serviceState struct {
+	virtualServers []*desiredVS // sorted by key
+	setEntries     []setEntry   // sorted
+	bindAddrs      []string     // sorted, de-duplicated
+	outFilterRules []string     // KUBE-IPVS-OUT-FILTER rule bodies, sorted
+	// healthCheckNodePort and localEndpoints feed the per-service health server.
+	healthCheckNodePort int
+	localEndpoints      int
+	noLocalInternal     bool
+	noLocalExternal     bool
+}
+
+// desiredVS is one virtual server with the real servers it should have.
+type desiredVS struct {
+	vs          *ipvs.VirtualServer
+	realServers map[string]*ipvs.RealServer // by RealServer.Key()
+}
+
+func (d *desiredVS) key() string { return d.vs.Key() }
+
+// setEntry is one member of one ipset, the set named by its base (IPv4) name.
+type setEntry struct {
+	set   string
+	entry string
+}
+
+// servicePort is one port of a Service with its endpoints, as the builder consumes it.
+type servicePort struct {
+	name      proxy.ServicePortName
+	info      *proxy.ServicePortInfo
+	endpoints []*proxy.Endpoint
+}
+
+// buildServiceState computes the desired state of a Service from its ports. It does no
+// I/O and depends only on its arguments.
+func buildServiceState(bc *buildContext, ports []servicePort) *serviceState {
+	st := &serviceState{}
+	vss := map[string]*desiredVS{}
+	entries := sets.New[setEntry]()
+	bind := sets.New[string]()
+	outFilter := sets.New[string]()
+
+	for _, sp := range ports {
+		buildServicePort(bc, sp, st, vss, entries, bind, outFilter)
+	}
+
+	st.virtualServers = make([]*desiredVS, 0, len(vss))
+	for _, d := range vss {
+		st.virtualServers = append(st.virtualServers, d)
+	}
+	sort.Slice(st.virtualServers, func(i, j int) bool { return st.virtualServers[i].key() < st.virtualServers[j].key() })
+	st.setEntries = entries.UnsortedList()
+	sort.Slice(st.setEntries, func(i, j int) bool {
+		if st.setEntries[i].set != st.setEntries[j].set {
+			return st.setEntries[i].set < st.setEntries[j].set
+		}
+		return st.setEntries[i].entry < st.setEntries[j].entry
+	})
+	st.bindAddrs = sets.List(bind)
+	st.outFilterRules = sets.List(outFilter)
+	return st
+}
+
+func buildServicePort(bc *buildContext, sp servicePort, st *serviceState, vss map[string]*desiredVS,
+	entries sets.Set[setEntry], bind sets.Set[string], outFilter sets.Set[string]) {
+	svc := sp.info
+	proto := strings.ToLower(string(svc.Protocol))
+
+	// Hairpin: a local endpoint reaching itself through the service is masqueraded.
+	for _, ep := range sp.endpoints {
+		if ep.IsLocal {
+			entries.Insert(setEntry{setLoopBack, ipPortIPEntry(ep.IP, proto, ep.Port, ep.IP)})
+		}
+	}
+
+	clusterEps, localEps, _, hasAny := proxy.CategorizeEndpoints(sp.endpoints, svc, bc.nodeName, bc.nodeLabels)
+	pick := func(onlyLocal bool) ([]*proxy.Endpoint, bool) {
+		if !onlyLocal {
+			return clusterEps, false
+		}
+		if len(localEps) > 0 {
+			return localEps, true
+		}
+		// Upstream (kubernetes#97081): with no local endpoint, fall back to the cluster
+		// endpoints so that local pods still reach the service.
+		return clusterEps, false
+	}
+
+	newVS := func(addr net.IP, port int) *ipvs.VirtualServer {
+		vs := &ipvs.VirtualServer{Address: addr, Protocol: string(svc.Protocol), Port: uint16(port), Scheduler: bc.scheduler}
+		if svc.SessionAffinityType == v1.ServiceAffinityClientIP {
+			vs.Flags |= ipvs.FlagPersistent
+			vs.Timeout = uint32(svc.StickyMaxAgeSeconds)
+		}
+		if bc.scheduler == "mh" {
+			vs.Flags |= FlagSourceHash
+		}
+		return vs
+	}
+	// addVS records a virtual server; internal says it is the ClusterIP one, governed by
+	// internalTrafficPolicy rather than externalTrafficPolicy.
+	addVS := func(vs *ipvs.VirtualServer, onlyLocal, internal bool) {
+		eps, local := pick(onlyLocal)
+		if onlyLocal && !local && hasAny {
+			if internal {
+				st.noLocalInternal = true
+			} else {
+				st.noLocalExternal = true
+			}
+		}
+		vss[vs.Key()] = &desiredVS{vs: vs, realServers: realServersFor(bc, svc, eps, sp.endpoints, local)}
+	}
+
+	// ClusterIP.
+	if svc.ClusterIP != nil {
+		entries.Insert(setEntry{setClusterIP, ipPortEntry(svc.ClusterIP.String(), proto, svc.Port)})
+		addVS(newVS(svc.ClusterIP, svc.Port), svc.InternalPolicyLocal, true)
+		bind.Insert(svc.ClusterIP.String())
+	}
+
+	// externalIPs.
+	for _, ip := range svc.ExternalIPs {
+		e := ipPortEntry(ip.String(), proto, svc.Port)
+		if svc.ExternalPolicyLocal {
+			entries.Insert(setEntry{setExternalIPLocal, e})
+		} else {
+			entries.Insert(setEntry{setExternalIP, e})
+		}
+		addVS(newVS(ip, svc.Port), svc.ExternalPolicyLocal, false)
+		if !bc.localAddrs.Has(ip.String()) {
+			bind.Insert(ip.String())
+		}
+	}
+
+	// LoadBalancer ingress addresses.
+	for _, ip := range svc.LoadBalancerVIPs {
+		e := ipPortEntry(ip.String(), proto, svc.Port)
+		entries.Insert(setEntry{setLoadBalancer, e})
+		if svc.ExternalPolicyLocal {
+			entries.Insert(setEntry{setLoadBalancerLocal, e})
+		}
+		if len(svc.LoadBalancerSourceRanges) > 0 {
+			entries.Insert(setEntry{setLoadBalancerFW, e})
+			allowFromNode := false
+			for _, cidr := range svc.LoadBalancerSourceRanges {
+				entries.Insert(setEntry{setLoadBalancerSourceCIDR, ipPortNetEntry(ip.String(), proto, svc.Port, cidr)})
+				if bc.nodeIP != nil && cidr.Contains(bc.nodeIP) {
+					allowFromNode = true
+				}
+			}
+			if allowFromNode {
+				// The node reaches an LB address it hosts with that address as source.
+				entries.Insert(setEntry{setLoadBalancerSourceIP, ipPortIPEntry(ip.String(), proto, svc.Port, ip.String())})
+			} else {
+				// kubernetes#119656: the node is not an allowed source, so its own access to
+				// the LB address (source and destination both the LB address) is dropped.
+				outFilter.Insert("-s " + ip.String() + " -m ipvs --vaddr " + ip.String() +
+					" --vproto " + proto + " --vport " + strconv.Itoa(svc.Port) + " -j DROP")
+			}
+		}
+		addVS(newVS(ip, svc.Port), svc.ExternalPolicyLocal, false)
+		if !bc.localAddrs.Has(ip.String()) {
+			bind.Insert(ip.String())
+		}
+	}
+
+	// NodePort.
+	if svc.NodePort != 0 && len(bc.nodePortIPs) > 0 {
+		var npEntries []string
+		var npSet, npLocalSet string
+		switch svc.Protocol {
+		case v1.ProtocolTCP:
+			npSet, npLocalSet = setNodePortTCP, setNodePortLocalTCP
+			npEntries = []string{strconv.Itoa(svc.NodePort)}
+		case v1.ProtocolUDP:
+			npSet, npLocalSet = setNodePortUDP, setNodePortLocalUDP
+			npEntries = []string{strconv.Itoa(svc.NodePort)}
+		case v1.ProtocolSCTP:
+			// SCTP node ports use hash:ip,port with every node address.
+			npSet, npLocalSet = setNodePortSCTP, setNodePortLocalSCTP
+			for _, ip := range bc.nodePortIPs {
+				npEntries = append(npEntries, ipPortEntry(ip.String(), proto, svc.NodePort))
+			}
+		}
+		for _, e := range npEntries {
+			entries.Insert(setEntry{npSet, e})
+			if svc.ExternalPolicyLocal {
+				entries.Insert(setEntry{npLocalSet, e})
+			}
+		}
+		for _, ip := range bc.nodePortIPs {
+			addVS(newVS(ip, svc.NodePort), svc.ExternalPolicyLocal, false)
+		}
+	}
+
+	if svc.HealthCheckNodePort != 0 {
+		entries.Insert(setEntry{setHealthCheckNodePort, strconv.Itoa(svc.HealthCheckNodePort)})
+		st.healthCheckNodePort = svc.HealthCheckNodePort
+		n := 0
+		for _, ep := range sp.endpoints {
+			if ep.IsLocal && ep.Ready {
+				n++
+			}
+		}
+		if n > st.localEndpoints {
+			st.localEndpoints = n
+		}
+	}
+}
+
+// realServersFor turns the chosen endpoints into weight-1 real servers and, for TCP,
+// keeps terminating endpoints that were not chosen as weight-0 real servers so that
+// their established connections drain while the pod shuts down.
+func realServersFor(bc *buildContext, svc *proxy.ServicePortInfo, chosen, all []*proxy.Endpoint, onlyLocal bool) map[string]*ipvs.RealServer {
+	rss := make(map[string]*ipvs.RealServer, len(chosen))
+	for _, ep := range chosen {
+		if rs := realServer(ep, 1); rs != nil {
+			rss[rs.Key()] = rs
+		}
+	}
+	if !bc.drainTerminating || svc.Protocol != v1.ProtocolTCP {
+		return rss
+	}
+	for _, ep := range all {
+		if !ep.Terminating || (onlyLocal && !ep.IsLocal) {
+			continue
+		}
+		if rs := realServer(ep, 0); rs != nil {
+			if _, ok := rss[rs.Key()]; !ok {
+				rss[rs.Key()] = rs
+			}
+		}
+	}
+	return rss
+}
+
+func realServer(ep *proxy.Endpoint, weight int) *ipvs.RealServer {
+	ip := net.ParseIP(ep.IP)
+	if ip == nil || ep.Port <= 0 || ep.Port > 65535 {
+		return nil
+	}
+	return &ipvs.RealServer{Address: ip, Port: uint16(ep.Port), Weight: weight}
+}
+
+// Entries in the text form `ipset save` prints, so that full syncs compare exactly.
+func ipPortEntry(ip, proto string, port int) string {
+	return ip + "," + proto + ":" + strconv.Itoa(port)
+}
+
+func ipPortIPEntry(ip, proto string, port int, ip2 string) string {
+	return ipPortEntry(ip, proto, port) + "," + ip2
+}
+
+func ipPortNetEntry(ip, proto string, port int, cidr *net.IPNet) string {
+	ones, bits := cidr.Mask.Size()
+	net := cidr.IP.Mask(cidr.Mask).String()
+	if ones != bits {
+		// ipset prints host-length networks without a prefix.
+		net += "/" + strconv.Itoa(ones)
+	}
+	return ipPortEntry(ip, proto, port) + "," + net
+}
+
+// serviceName returns the Service a port belongs to.
+func serviceName(spn proxy.ServicePortName) types.NamespacedName { return spn.NamespacedName }

@@ -1,0 +1,191 @@
+package ipvs
+
+import (
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/sets"
+)
+
+// desiredIndex aggregates the desired state of every Service. Several Services may
+// want the same kernel object (an external IP shared by two Services, a node port entry,
+// the same endpoint in two Services' hairpin entries), so objects are reference counted
+// and a virtual server claimed twice goes to the Service whose name sorts first, which
+// keeps the outcome independent of event order.
+type desiredIndex struct {
+	services  map[types.NamespacedName]*serviceState
+	vsOwners  map[string]map[types.NamespacedName]*desiredVS
+	setRefs   map[setEntry]int
+	setCounts map[string]int // distinct entries per set (base name)
+	bindRefs  map[string]int
+	outRefs   map[string]int
+	// health check node ports and local endpoint counts of eTP=Local services
+	hcPorts       map[types.NamespacedName]uint16
+	hcEndpoints   map[types.NamespacedName]int
+	noLocalIntern sets.Set[types.NamespacedName]
+	noLocalExtern sets.Set[types.NamespacedName]
+}
+
+// touched collects the keys a change may have altered, so that only they are diffed
+// against the kernel.
+type touched struct {
+	vs        sets.Set[string]
+	entries   sets.Set[setEntry]
+	addrs     sets.Set[string]
+	outFilter bool
+	health    bool
+}
+
+func newTouched() *touched {
+	return &touched{vs: sets.New[string](), entries: sets.New[setEntry](), addrs: sets.New[string]()}
+}
+
+func (t *touched) empty() bool {
+	return t.vs.Len() == 0 && t.entries.Len() == 0 && t.addrs.Len() == 0 && !t.outFilter && !t.health
+}
+
+func newDesiredIndex() *desiredIndex {
+	return &desiredIndex{
+		services:      map[types.NamespacedName]*serviceState{},
+		vsOwners:      map[string]map[types.NamespacedName]*desiredVS{},
+		setRefs:       map[setEntry]int{},
+		setCounts:     map[string]int{},
+		bindRefs:      map[string]int{},
+		outRefs:       map[string]int{},
+		hcPorts:       map[types.NamespacedName]uint16{},
+		hcEndpoints:   map[types.NamespacedName]int{},
+		noLocalIntern: sets.New[types.NamespacedName](),
+		noLocalExtern: sets.New[types.NamespacedName](),
+	}
+}
+
+// set replaces the desired state of one Service (nil removes it) and records in t every
+// key whose desired value may have changed.
+func (ix *desiredIndex) set(name types.NamespacedName, st *serviceState, t *touched) {
+	if old := ix.services[name]; old != nil {
+		ix.remove(name, old, t)
+	}
+	if st == nil {
+		delete(ix.services, name)
+		return
+	}
+	ix.services[name] = st
+	for _, d := range st.virtualServers {
+		k := d.key()
+		owners := ix.vsOwners[k]
+		if owners == nil {
+			owners = map[types.NamespacedName]*desiredVS{}
+			ix.vsOwners[k] = owners
+		}
+		owners[name] = d
+		t.vs.Insert(k)
+	}
+	for _, e := range st.setEntries {
+		if ix.setRefs[e]++; ix.setRefs[e] == 1 {
+			ix.setCounts[e.set]++
+			t.entries.Insert(e)
+		}
+	}
+	for _, a := range st.bindAddrs {
+		if ix.bindRefs[a]++; ix.bindRefs[a] == 1 {
+			t.addrs.Insert(a)
+			// KUBE-IPVS-IPS holds exactly the bound addresses.
+			e := setEntry{setIPVSIPs, a}
+			ix.setRefs[e]++
+			ix.setCounts[setIPVSIPs]++
+			t.entries.Insert(e)
+		}
+	}
+	for _, r := range st.outFilterRules {
+		if ix.outRefs[r]++; ix.outRefs[r] == 1 {
+			t.outFilter = true
+		}
+	}
+	if st.healthCheckNodePort != 0 {
+		ix.hcPorts[name] = uint16(st.healthCheckNodePort)
+		ix.hcEndpoints[name] = st.localEndpoints
+		t.health = true
+	}
+	if st.noLocalInternal {
+		ix.noLocalIntern.Insert(name)
+	}
+	if st.noLocalExternal {
+		ix.noLocalExtern.Insert(name)
+	}
+}
+
+func (ix *desiredIndex) remove(name types.NamespacedName, old *serviceState, t *touched) {
+	for _, d := range old.virtualServers {
+		k := d.key()
+		if owners := ix.vsOwners[k]; owners != nil {
+			delete(owners, name)
+			if len(owners) == 0 {
+				delete(ix.vsOwners, k)
+			}
+		}
+		t.vs.Insert(k)
+	}
+	for _, e := range old.setEntries {
+		ix.unref(e, t)
+	}
+	for _, a := range old.bindAddrs {
+		if ix.bindRefs[a]--; ix.bindRefs[a] <= 0 {
+			delete(ix.bindRefs, a)
+			t.addrs.Insert(a)
+			ix.unref(setEntry{setIPVSIPs, a}, t)
+		}
+	}
+	for _, r := range old.outFilterRules {
+		if ix.outRefs[r]--; ix.outRefs[r] <= 0 {
+			delete(ix.outRefs, r)
+			t.outFilter = true
+		}
+	}
+	if old.healthCheckNodePort != 0 {
+		delete(ix.hcPorts, name)
+		delete(ix.hcEndpoints, name)
+		t.health = true
+	}
+	ix.noLocalIntern.Delete(name)
+	ix.noLocalExtern.Delete(name)
+}
+
+func (ix *desiredIndex) unref(e setEntry, t *touched) {
+	if ix.setRefs[e]--; ix.setRefs[e] <= 0 {
+		delete(ix.setRefs, e)
+		if ix.setCounts[e.set]--; ix.setCounts[e.set] <= 0 {
+			delete(ix.setCounts, e.set)
+		}
+		t.entries.Insert(e)
+	}
+}
+
+// virtualServer returns the desired virtual server for a key, or nil.
+func (ix *desiredIndex) virtualServer(key string) *desiredVS {
+	var best *desiredVS
+	var bestName types.NamespacedName
+	for name, d := range ix.vsOwners[key] {
+		if best == nil || name.String() < bestName.String() {
+			best, bestName = d, name
+		}
+	}
+	return best
+}
+
+func (ix *desiredIndex) hasEntry(e setEntry) bool { return ix.setRefs[e] > 0 }
+func (ix *desiredIndex) hasAddr(a string) bool    { return ix.bindRefs[a] > 0 }
+func (ix *desiredIndex) setEmpty(set string) bool { return ix.setCounts[set] == 0 }
+
+// allTouched returns every key the index holds, for a full reconcile.
+func (ix *desiredIndex) allTouched() *touched {
+	t := newTouched()
+	for k := range ix.vsOwners {
+		t.vs.Insert(k)
+	}
+	for e := range ix.setRefs {
+		t.entries.Insert(e)
+	}
+	for a := range ix.bindRefs {
+		t.addrs.Insert(a)
+	}
+	t.outFilter, t.health = true, true
+	return t
+}

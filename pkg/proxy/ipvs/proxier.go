@@ -1,0 +1,382 @@
+// Package ipvs is the IPVS proxier: it turns the service and endpoint maps into IPVS
+// virtual servers, ipset members, kube-ipvs0 addresses and iptables rules, computing
+// the desired state, diffing it against what the kernel holds and applying only the
+// differences.
+package ipvs
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"reflect"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	discovery "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+
+	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/proxy"
+	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/async"
+	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/conntrack"
+	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/ipset"
+	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/iptables"
+	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/ipvs"
+	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/netlink"
+	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/sysctl"
+)
+
+const (
+	defaultScheduler = "rr"
+	// defaultDrainTimeout bounds how long a TCP real server whose endpoint vanished
+	// without first terminating keeps draining (the default pod grace period).
+	defaultDrainTimeout = 30 * time.Second
+	// drainCheckInterval is how often draining real servers are re-examined.
+	drainCheckInterval = 2 * time.Second
+	// minRetryInterval is the first retry after a failed sync.
+	minRetryInterval = time.Second
+)
+
+// HealthzUpdater is the part of the proxy health server the proxier reports to.
+type HealthzUpdater interface {
+	QueuedUpdate(ipFamily v1.IPFamily)
+	Updated(ipFamily v1.IPFamily)
+}
+
+// ServiceHealthServer serves the health check node ports of eTP=Local services.
+type ServiceHealthServer interface {
+	SyncServices(newServices map[types.NamespacedName]uint16) error
+	SyncEndpoints(newEndpoints map[types.NamespacedName]int) error
+}
+
+// Options configure one single-family proxier.
+type Options struct {
+	IPFamily      v1.IPFamily
+	NodeName      string
+	NodeIP        net.IP // primary node address of this family
+	SyncPeriod    time.Duration
+	MinSyncPeriod time.Duration
+	Scheduler     string
+	ExcludeCIDRs  []*net.IPNet // of any family; other families are ignored
+	StrictARP     bool
+	TCPTimeout    time.Duration
+	TCPFinTimeout time.Duration
+	UDPTimeout    time.Duration
+	MasqueradeAll bool
+	MasqueradeBit int
+	// LocalDetectorArgs are iptables match arguments selecting traffic that does NOT
+	// come from a local pod (e.g. "!", "-s", "10.244.0.0/16"); empty when undetectable.
+	LocalDetectorArgs []string
+	// NodePortAddresses are CIDRs (or "primary") selecting NodePort addresses; empty
+	// means every local address.
+	NodePortAddresses []string
+	DrainTimeout      time.Duration
+	Recorder          events.EventRecorder
+	HealthzServer     HealthzUpdater
+	ServiceHealth     ServiceHealthServer
+	// KernelVersion decides conn_reuse_mode handling ("" = assume a current kernel).
+	KernelVersion string
+}
+
+// Kernel is the set of kernel interfaces the proxier programs.
+type Kernel struct {
+	IPVS      ipvs.Interface
+	IPSet     ipset.Interface
+	IPTables  iptables.Interface
+	Netlink   netlink.Handle
+	Sysctl    sysctl.Interface
+	Conntrack conntrack.Interface // may be nil: stale UDP flows are then left to expire
+}
+
+// Proxier programs IPVS for one IP family.
+type Proxier struct {
+	opts   Options
+	kernel Kernel
+	clock  clock.Clock
+	logger klog.Logger
+	ctx    context.Context
+
+	serviceChanges   *proxy.ServiceChangeTracker
+	endpointsChanges *proxy.EndpointsChangeTracker
+
+	// portsMu guards portsByService, which handlers update.
+	portsMu        sync.Mutex
+	portsByService map[types.NamespacedName]sets.Set[proxy.ServicePortName]
+
+	mu                   sync.Mutex // guards everything below
+	svcPortMap           proxy.ServicePortMap
+	endpointsMap         proxy.EndpointsMap
+	nodeLabels           map[string]string
+	nodeLabelsChanged    bool
+	servicesSynced       bool
+	endpointSlicesSynced bool
+	initialized          atomic.Bool
+	syncRunner           *async.BoundedFrequencyRunner
+
+	names       setNames
+	reverse     map[string]string // family set name -> base name
+	index       *desiredIndex
+	builtPorts  map[types.NamespacedName][]proxy.ServicePortName
+	bc          buildContext
+	applied     *appliedState // nil: unknown, the next sync reads the kernel
+	needFull    bool
+	lastFull    time.Time
+	draining    map[string]*drainingRS
+	retryDelay  time.Duration
+	hcSynced    bool
+	randomFully bool
+
+	// stats of the last sync, for tests and metrics
+	lastSync SyncStats
+}
+
+// SyncStats describes one sync.
+type SyncStats struct {
+	Full          bool
+	Services      int // services whose desired state was rebuilt
+	IPVSOps       int
+	IPSetOps      int
+	AddressOps    int
+	IPTablesWrite bool
+	Err           error
+}
+
+var _ proxy.Provider = &Proxier{}
+
+// NewProxier creates a proxier for one family and prepares the kernel (sysctls,
+// timeouts). Kernel state is not touched otherwise until the first sync.
+func NewProxier(ctx context.Context, opts Options, kernel Kernel, clk clock.Clock) (*Proxier, error) {
+	if clk == nil {
+		clk = clock.RealClock{}
+	}
+	logger := klog.LoggerWithValues(klog.FromContext(ctx), "ipFamily", opts.IPFamily)
+	if opts.Scheduler == "" {
+		opts.Scheduler = defaultScheduler
+	}
+	if opts.DrainTimeout <= 0 {
+		opts.DrainTimeout = defaultDrainTimeout
+	}
+	if opts.SyncPeriod <= 0 {
+		return nil, fmt.Errorf("sync period must be positive, got %v", opts.SyncPeriod)
+	}
+	oldKernel, err := prepareKernel(ctx, logger, opts, kernel)
+	if err != nil {
+		return nil, err
+	}
+	excl := make([]*net.IPNet, 0, len(opts.ExcludeCIDRs))
+	for _, c := range opts.ExcludeCIDRs {
+		if (c.IP.To4() != nil) == (opts.IPFamily == v1.IPv4Protocol) {
+			excl = append(excl, c)
+		}
+	}
+	opts.ExcludeCIDRs = excl
+
+	p := &Proxier{
+		opts:             opts,
+		kernel:           kernel,
+		clock:            clk,
+		logger:           logger,
+		ctx:              klog.NewContext(ctx, logger),
+		serviceChanges:   proxy.NewServiceChangeTracker(opts.IPFamily, opts.Recorder),
+		endpointsChanges: proxy.NewEndpointsChangeTracker(opts.IPFamily, opts.NodeName),
+		portsByService:   map[types.NamespacedName]sets.Set[proxy.ServicePortName]{},
+		svcPortMap:       proxy.ServicePortMap{},
+		endpointsMap:     proxy.EndpointsMap{},
+		names:            newSetNames(opts.IPFamily),
+		index:            newDesiredIndex(),
+		builtPorts:       map[types.NamespacedName][]proxy.ServicePortName{},
+		needFull:         true,
+		draining:         map[string]*drainingRS{},
+		randomFully:      true,
+	}
+	p.reverse = make(map[string]string, len(p.names))
+	for base, n := range p.names {
+		p.reverse[n] = base
+	}
+	p.bc = buildContext{
+		family:           opts.IPFamily,
+		nodeName:         opts.NodeName,
+		nodeIP:           opts.NodeIP,
+		scheduler:        opts.Scheduler,
+		localAddrs:       sets.New[string](),
+		drainTerminating: !oldKernel,
+	}
+	p.syncRunner = async.NewBoundedFrequencyRunnerWithClock("sync-runner", p.syncProxyRules, opts.MinSyncPeriod, opts.SyncPeriod, 2, clk)
+	return p, nil
+}
+
+// Sync requests a sync as soon as the runner allows.
+func (p *Proxier) Sync() {
+	if p.opts.HealthzServer != nil {
+		p.opts.HealthzServer.QueuedUpdate(p.opts.IPFamily)
+	}
+	observeQueued(p.opts.IPFamily)
+	p.syncRunner.Run()
+}
+
+// SyncLoop runs the sync loop until ctx (given to NewProxier) is done.
+func (p *Proxier) SyncLoop() {
+	if p.opts.HealthzServer != nil {
+		p.opts.HealthzServer.Updated(p.opts.IPFamily)
+	}
+	observeQueued(p.opts.IPFamily)
+	p.syncRunner.Loop(p.ctx.Done())
+}
+
+func (p *Proxier) OnServiceAdd(service *v1.Service) { p.OnServiceUpdate(nil, service) }
+
+func (p *Proxier) OnServiceUpdate(oldService, service *v1.Service) {
+	p.recordPorts(oldService, service)
+	if p.serviceChanges.Update(oldService, service) && p.initialized.Load() {
+		p.Sync()
+	}
+}
+
+func (p *Proxier) OnServiceDelete(service *v1.Service) { p.OnServiceUpdate(service, nil) }
+
+func (p *Proxier) OnServiceSynced() {
+	p.mu.Lock()
+	p.servicesSynced = true
+	p.initialized.Store(p.servicesSynced && p.endpointSlicesSynced)
+	p.mu.Unlock()
+	p.syncProxyRules()
+}
+
+func (p *Proxier) OnEndpointSliceAdd(slice *discovery.EndpointSlice) {
+	if p.endpointsChanges.EndpointSliceUpdate(slice, false) && p.initialized.Load() {
+		p.Sync()
+	}
+}
+
+func (p *Proxier) OnEndpointSliceUpdate(_, slice *discovery.EndpointSlice) {
+	if p.endpointsChanges.EndpointSliceUpdate(slice, false) && p.initialized.Load() {
+		p.Sync()
+	}
+}
+
+func (p *Proxier) OnEndpointSliceDelete(slice *discovery.EndpointSlice) {
+	if p.endpointsChanges.EndpointSliceUpdate(slice, true) && p.initialized.Load() {
+		p.Sync()
+	}
+}
+
+func (p *Proxier) OnEndpointSlicesSynced() {
+	p.mu.Lock()
+	p.endpointSlicesSynced = true
+	p.initialized.Store(p.servicesSynced && p.endpointSlicesSynced)
+	p.mu.Unlock()
+	p.syncProxyRules()
+}
+
+func (p *Proxier) OnNodeAdd(node *v1.Node) { p.OnNodeUpdate(nil, node) }
+
+func (p *Proxier) OnNodeUpdate(_, node *v1.Node) {
+	if node.Name != p.opts.NodeName {
+		p.logger.Error(nil, "Received a watch event for a node that doesn't match the current node", "eventNode", node.Name, "currentNode", p.opts.NodeName)
+		return
+	}
+	p.mu.Lock()
+	changed := !reflect.DeepEqual(p.nodeLabels, node.Labels)
+	if changed {
+		p.nodeLabels = make(map[string]string, len(node.Labels))
+		for k, v := range node.Labels {
+			p.nodeLabels[k] = v
+		}
+		p.nodeLabelsChanged = true
+	}
+	p.mu.Unlock()
+	if changed {
+		p.logger.V(4).Info("Updated proxier node labels", "labels", node.Labels)
+		p.Sync()
+	}
+}
+
+func (p *Proxier) OnNodeDelete(node *v1.Node) {
+	if node.Name != p.opts.NodeName {
+		p.logger.Error(nil, "Received a watch event for a node that doesn't match the current node", "eventNode", node.Name, "currentNode", p.opts.NodeName)
+		return
+	}
+	p.mu.Lock()
+	p.nodeLabels = nil
+	p.nodeLabelsChanged = true
+	p.mu.Unlock()
+	p.Sync()
+}
+
+func (p *Proxier) OnNodeSynced() {}
+
+// recordPorts remembers which port names a Service declares, so a partial sync finds
+// a changed Service's ports without scanning the whole service map.
+func (p *Proxier) recordPorts(oldService, service *v1.Service) {
+	p.portsMu.Lock()
+	defer p.portsMu.Unlock()
+	if service == nil {
+		if oldService != nil {
+			delete(p.portsByService, types.NamespacedName{Namespace: oldService.Namespace, Name: oldService.Name})
+		}
+		return
+	}
+	name := types.NamespacedName{Namespace: service.Namespace, Name: service.Name}
+	ports := sets.New[proxy.ServicePortName]()
+	for i := range service.Spec.Ports {
+		sp := &service.Spec.Ports[i]
+		ports.Insert(proxy.ServicePortName{NamespacedName: name, Port: sp.Name, Protocol: sp.Protocol})
+	}
+	p.portsByService[name] = ports
+}
+
+// LastSyncStats returns what the last sync did.
+func (p *Proxier) LastSyncStats() SyncStats {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.lastSync
+}
+
+// syncProxyRules is the runner's function: the only writer of kernel state.
+func (p *Proxier) syncProxyRules() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.initialized.Load() {
+		p.logger.V(2).Info("Not syncing ipvs rules until Services and Endpoints have been received from master")
+		return
+	}
+	start := p.clock.Now()
+	full := p.needFull || p.applied == nil || start.Sub(p.lastFull) >= p.opts.SyncPeriod
+	stats, err := p.sync(p.ctx, full)
+	stats.Full, stats.Err = full, err
+	p.lastSync = stats
+	elapsed := p.clock.Since(start)
+	observeSync(p.opts.IPFamily, full, elapsed, stats, err)
+	if err != nil {
+		// Failure contract: forget what we believe the kernel holds, reconcile fully on
+		// the next run, and retry soon (backing off up to the sync period).
+		p.logger.Error(err, "Failed to sync IPVS proxy rules; retrying with a full sync", "full", full)
+		p.applied = nil
+		p.needFull = true
+		if p.retryDelay < minRetryInterval {
+			p.retryDelay = minRetryInterval
+		} else if p.retryDelay *= 2; p.retryDelay > p.opts.SyncPeriod {
+			p.retryDelay = p.opts.SyncPeriod
+		}
+		p.syncRunner.RetryAfter(p.retryDelay)
+		return
+	}
+	p.retryDelay = 0
+	p.needFull = false
+	if full {
+		p.lastFull = start
+	}
+	if len(p.draining) > 0 {
+		p.syncRunner.RetryAfter(drainCheckInterval)
+	}
+	if p.opts.HealthzServer != nil {
+		p.opts.HealthzServer.Updated(p.opts.IPFamily)
+	}
+	p.logger.V(4).Info("syncProxyRules complete", "elapsed", elapsed, "full", full, "services", stats.Services,
+		"ipvsOps", stats.IPVSOps, "ipsetOps", stats.IPSetOps)
+}

@@ -1,0 +1,760 @@
+package ipvs
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"sort"
+	"strconv"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/sets"
+
+	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/proxy"
+	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/conntrack"
+	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/ipset"
+	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/iptables"
+	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/ipvs"
+	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/netlink"
+)
+
+// appliedState is what the proxier believes the kernel holds for its family: read from
+// the kernel on a full sync, then kept up to date with every successful write.
+type appliedState struct {
+	vs       map[string]*appliedVS
+	entries  sets.Set[setEntry]
+	addrs    sets.Set[string]
+	iptables []byte
+	sets     map[string]*ipset.Set // family name -> header, of the sets that exist
+}
+
+type appliedVS struct {
+	vs *ipvs.VirtualServer
+	rs map[string]*ipvs.RealServer
+}
+
+// drainingRS is a TCP real server at weight 0 whose endpoint is gone; it is deleted once
+// its connections end or its deadline passes.
+type drainingRS struct {
+	vsKey    string
+	rsKey    string
+	deadline int64 // unix nanoseconds
+}
+
+// conntrackTarget is a UDP/SCTP virtual server whose real servers changed: flows to it
+// whose reply source is not one of its current real servers are stale.
+type conntrackTarget struct {
+	protocol string
+	addr     string
+	port     uint16
+}
+
+// sync runs one sync. It returns the first error; state written before the error is
+// reflected in p.applied, but the caller discards p.applied on error anyway.
+func (p *Proxier) sync(ctx context.Context, full bool) (SyncStats, error) {
+	var stats SyncStats
+	svcResult := p.svcPortMap.Update(p.serviceChanges)
+	epResult := p.endpointsMap.Update(p.endpointsChanges)
+
+	rebuildAll := full || p.nodeLabelsChanged
+	p.bc.nodeLabels = p.nodeLabels
+	p.nodeLabelsChanged = false
+
+	// Node addresses: one netlink dump per sync. NodePort, externalIP and LB decisions
+	// depend on them, so a change rebuilds every Service.
+	localAddrs, nodePortIPs, err := p.nodeAddresses(ctx)
+	if err != nil {
+		return stats, err
+	}
+	if !localAddrs.Equal(p.bc.localAddrs) || !sameIPs(nodePortIPs, p.bc.nodePortIPs) {
+		p.bc.localAddrs, p.bc.nodePortIPs = localAddrs, nodePortIPs
+		rebuildAll = true
+	}
+
+	t := newTouched()
+	var changed sets.Set[types.NamespacedName]
+	if rebuildAll {
+		changed = sets.New[types.NamespacedName]()
+		for n := range p.index.services {
+			changed.Insert(n)
+		}
+		p.portsMu.Lock()
+		for n := range p.portsByService {
+			changed.Insert(n)
+		}
+		p.portsMu.Unlock()
+	} else {
+		changed = svcResult.UpdatedServices.Union(epResult.UpdatedServices)
+	}
+	for name := range changed {
+		p.index.set(name, p.buildService(name), t)
+	}
+	stats.Services = changed.Len()
+
+	if full {
+		observed, err := p.observe(ctx)
+		if err != nil {
+			return stats, err
+		}
+		p.applied = observed
+		t = p.index.allTouched()
+		for k := range observed.vs {
+			t.vs.Insert(k)
+		}
+		for e := range observed.entries {
+			t.entries.Insert(e)
+		}
+		for a := range observed.addrs {
+			t.addrs.Insert(a)
+		}
+		if err := p.ensureSets(ctx, &stats); err != nil {
+			return stats, err
+		}
+	}
+
+	var ct []conntrackTarget
+	if err := p.apply(ctx, t, full, &stats, &ct); err != nil {
+		return stats, err
+	}
+	if err := p.processDraining(ctx, &stats); err != nil {
+		return stats, err
+	}
+	if t.health || !p.hcSynced {
+		p.syncHealthServers()
+	}
+	p.cleanConntrack(ctx, ct, full)
+	observeEndpointLatency(p.opts.IPFamily, epResult.LastChangeTriggerTimes)
+	observeNoLocal(p.opts.IPFamily, p.index.noLocalIntern.Len(), p.index.noLocalExtern.Len())
+	return stats, nil
+}
+
+// buildService collects one Service's ports and builds its desired state (nil when the
+// Service has no ports left in this family).
+func (p *Proxier) buildService(name types.NamespacedName) *serviceState {
+	candidates := sets.New(p.builtPorts[name]...)
+	p.portsMu.Lock()
+	for spn := range p.portsByService[name] {
+		candidates.Insert(spn)
+	}
+	p.portsMu.Unlock()
+	var ports []servicePort
+	var found []proxy.ServicePortName
+	for spn := range candidates {
+		info, ok := p.svcPortMap[spn]
+		if !ok {
+			continue
+		}
+		found = append(found, spn)
+		ports = append(ports, servicePort{name: spn, info: info, endpoints: p.endpointsMap[spn]})
+	}
+	if len(ports) == 0 {
+		delete(p.builtPorts, name)
+		return nil
+	}
+	sort.Slice(ports, func(i, j int) bool { return ports[i].name.String() < ports[j].name.String() })
+	p.builtPorts[name] = found
+	return buildServiceState(&p.bc, ports)
+}
+
+// nodeAddresses returns the node's local addresses of this family (not on kube-ipvs0)
+// and the subset NodePort virtual servers listen on.
+func (p *Proxier) nodeAddresses(ctx context.Context) (sets.Set[string], []net.IP, error) {
+	all, err := p.kernel.Netlink.GetLocalAddresses(ctx, netlink.DefaultDummyDevice)
+	if err != nil {
+		return nil, nil, fmt.Errorf("listing node addresses: %w", err)
+	}
+	local := sets.New[string]()
+	var ips []net.IP
+	for _, ip := range all {
+		if !p.ourFamily(ip) {
+			continue
+		}
+		local.Insert(ip.String())
+		ips = append(ips, ip)
+	}
+	sort.Slice(ips, func(i, j int) bool { return ips[i].String() < ips[j].String() })
+	return local, filterNodePortIPs(ips, p.opts.NodePortAddresses, p.opts.NodeIP), nil
+}
+
+// filterNodePortIPs applies nodePortAddresses: empty selects every address, otherwise
+// addresses inside one of the CIDRs, and "primary" selects the node's primary IP.
+func filterNodePortIPs(ips []net.IP, selectors []string, nodeIP net.IP) []net.IP {
+	if len(selectors) == 0 {
+		return ips
+	}
+	var out []net.IP
+	for _, ip := range ips {
+		for _, s := range selectors {
+			if s == "primary" {
+				if nodeIP != nil && ip.Equal(nodeIP) {
+					out = append(out, ip)
+					break
+				}
+				continue
+			}
+			if _, cidr, err := net.ParseCIDR(s); err == nil && cidr.Contains(ip) {
+				out = append(out, ip)
+				break
+			}
+		}
+	}
+	return out
+}
+
+func sameIPs(a, b []net.IP) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if !a[i].Equal(b[i]) {
+			return false
+		}
+	}
+	return true
+}
+
+func (p *Proxier) ourFamily(ip net.IP) bool {
+	return (ip.To4() != nil) == (p.opts.IPFamily == v1.IPv4Protocol)
+}
+
+func (p *Proxier) excluded(ip net.IP) bool {
+	for _, c := range p.opts.ExcludeCIDRs {
+		if c.Contains(ip) {
+			return true
+		}
+	}
+	return false
+}
+
+// observe reads what the kernel holds for this family: one IPVS service dump plus one
+// destination dump per virtual server, one `ipset save`, one address dump.
+func (p *Proxier) observe(ctx context.Context) (*appliedState, error) {
+	st := &appliedState{
+		vs:      map[string]*appliedVS{},
+		entries: sets.New[setEntry](),
+		addrs:   sets.New[string](),
+		sets:    map[string]*ipset.Set{},
+	}
+	vss, err := p.kernel.IPVS.GetVirtualServers(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("listing IPVS virtual servers: %w", err)
+	}
+	for _, vs := range vss {
+		if !p.ourFamily(vs.Address) || p.excluded(vs.Address) {
+			continue
+		}
+		rss, err := p.kernel.IPVS.GetRealServers(ctx, vs)
+		if err != nil {
+			return nil, fmt.Errorf("listing real servers of %s: %w", vs, err)
+		}
+		a := &appliedVS{vs: vs, rs: make(map[string]*ipvs.RealServer, len(rss))}
+		for _, rs := range rss {
+			a.rs[rs.Key()] = rs
+		}
+		st.vs[vs.Key()] = a
+	}
+	all, err := p.kernel.IPSet.SaveAll(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("listing ipsets: %w", err)
+	}
+	for name, s := range all {
+		base, ours := p.reverse[name]
+		if !ours {
+			continue
+		}
+		hdr := s.Set
+		st.sets[name] = &hdr
+		for _, e := range s.Entries {
+			st.entries.Insert(setEntry{base, e})
+		}
+	}
+	addrs, err := p.kernel.Netlink.ListBindAddress(ctx, netlink.DefaultDummyDevice)
+	if err != nil {
+		return nil, fmt.Errorf("listing addresses of %s: %w", netlink.DefaultDummyDevice, err)
+	}
+	for _, a := range addrs {
+		if p.ourFamily(a) {
+			st.addrs.Insert(a.String())
+		}
+	}
+	return st, nil
+}
+
+// apply writes the differences for the touched keys, in an order that never sends
+// traffic somewhere wrong: sets filled, addresses bound, iptables written, IPVS changed,
+// addresses unbound.
+func (p *Proxier) apply(ctx context.Context, t *touched, full bool, stats *SyncStats, ct *[]conntrackTarget) error {
+	a := p.applied
+
+	// 1. ipset members: one transaction.
+	tx := &ipset.Transaction{}
+	var added, removed []setEntry
+	for e := range t.entries {
+		want, have := p.index.hasEntry(e), a.entries.Has(e)
+		switch {
+		case want && !have:
+			tx.Add(p.names[e.set], e.entry)
+			added = append(added, e)
+		case !want && have:
+			tx.Del(p.names[e.set], e.entry)
+			removed = append(removed, e)
+		}
+	}
+	if tx.Len() > 0 {
+		if err := p.kernel.IPSet.Apply(ctx, tx); err != nil {
+			return fmt.Errorf("applying %d ipset changes: %w", tx.Len(), err)
+		}
+		stats.IPSetOps += tx.Len()
+		for _, e := range added {
+			a.entries.Insert(e)
+		}
+		for _, e := range removed {
+			a.entries.Delete(e)
+		}
+	}
+
+	// 2. bind new service addresses.
+	if full {
+		if _, err := p.kernel.Netlink.EnsureDummyDevice(ctx, netlink.DefaultDummyDevice); err != nil {
+			return fmt.Errorf("ensuring dummy device %s: %w", netlink.DefaultDummyDevice, err)
+		}
+	}
+	addrs := sets.List(t.addrs)
+	for _, addr := range addrs {
+		if p.index.hasAddr(addr) && !a.addrs.Has(addr) {
+			if _, err := p.kernel.Netlink.EnsureAddressBind(ctx, net.ParseIP(addr), netlink.DefaultDummyDevice); err != nil {
+				return fmt.Errorf("binding %s to %s: %w", addr, netlink.DefaultDummyDevice, err)
+			}
+			a.addrs.Insert(addr)
+			stats.AddressOps++
+		}
+	}
+
+	// 3. iptables: our chains are rewritten whole, but only when their text changes
+	// (or on a full sync, which also repairs tampering).
+	rules := p.iptablesRules()
+	if full || string(rules) != string(a.iptables) {
+		if err := p.kernel.IPTables.RestoreAll(ctx, rules, iptables.NoFlushTables, iptables.RestoreCount); err != nil {
+			observeIPTablesFailure(p.opts.IPFamily)
+			return fmt.Errorf("writing iptables rules: %w", err)
+		}
+		a.iptables = rules
+		stats.IPTablesWrite = true
+	}
+	if full {
+		if err := p.ensureJumpRules(ctx); err != nil {
+			return err
+		}
+	}
+
+	// 4. IPVS.
+	keys := sets.List(t.vs)
+	for _, k := range keys {
+		n, err := p.syncVirtualServer(ctx, k, ct)
+		stats.IPVSOps += n
+		if err != nil {
+			return err
+		}
+	}
+
+	// 5. unbind addresses no Service wants any more.
+	for _, addr := range addrs {
+		if !p.index.hasAddr(addr) && a.addrs.Has(addr) {
+			if err := p.kernel.Netlink.UnbindAddress(ctx, net.ParseIP(addr), netlink.DefaultDummyDevice); err != nil {
+				return fmt.Errorf("unbinding %s from %s: %w", addr, netlink.DefaultDummyDevice, err)
+			}
+			a.addrs.Delete(addr)
+			stats.AddressOps++
+		}
+	}
+	return nil
+}
+
+func (p *Proxier) iptablesRules() []byte {
+	out := make([]string, 0, len(p.index.outRefs))
+	for r := range p.index.outRefs {
+		out = append(out, r)
+	}
+	return buildIPTablesRules(&rulesInput{
+		family:            p.opts.IPFamily,
+		names:             p.names,
+		setEmpty:          p.index.setEmpty,
+		masqueradeAll:     p.opts.MasqueradeAll,
+		localDetectorArgs: p.opts.LocalDetectorArgs,
+		masqueradeMark:    masqueradeMarkFor(p.opts.MasqueradeBit),
+		outFilterRules:    out,
+		randomFully:       p.randomFully,
+	})
+}
+
+func (p *Proxier) ensureJumpRules(ctx context.Context) error {
+	for _, j := range jumpRules {
+		if _, err := p.kernel.IPTables.EnsureRule(ctx, iptables.Prepend, j.table, j.from,
+			"-m", "comment", "--comment", j.comment, "-j", string(j.to)); err != nil {
+			return fmt.Errorf("ensuring jump from %s/%s to %s: %w", j.table, j.from, j.to, err)
+		}
+	}
+	return nil
+}
+
+// syncVirtualServer makes one virtual server match its desired state; it returns the
+// number of IPVS operations issued.
+func (p *Proxier) syncVirtualServer(ctx context.Context, key string, ct *[]conntrackTarget) (int, error) {
+	d := p.index.virtualServer(key)
+	a := p.applied.vs[key]
+	ops := 0
+	switch {
+	case d == nil && a == nil:
+		return 0, nil
+	case d == nil:
+		if err := p.kernel.IPVS.DeleteVirtualServer(ctx, a.vs); err != nil && !ipvs.IsNotFound(err) {
+			return 1, fmt.Errorf("deleting virtual server %s: %w", a.vs, err)
+		}
+		delete(p.applied.vs, key)
+		for k, dr := range p.draining {
+			if dr.vsKey == key {
+				delete(p.draining, k)
+			}
+		}
+		p.noteConntrack(a.vs, ct)
+		return 1, nil
+	case p.excluded(d.vs.Address):
+		return 0, nil
+	case a == nil:
+		ops++
+		if err := p.kernel.IPVS.AddVirtualServer(ctx, d.vs); err != nil {
+			if !ipvs.IsExists(err) {
+				return ops, fmt.Errorf("adding virtual server %s: %w", d.vs, err)
+			}
+			// Someone else created it since we looked: take it over.
+			ops++
+			if err := p.kernel.IPVS.UpdateVirtualServer(ctx, d.vs); err != nil {
+				return ops, fmt.Errorf("updating virtual server %s: %w", d.vs, err)
+			}
+		}
+		a = &appliedVS{vs: d.vs, rs: map[string]*ipvs.RealServer{}}
+		p.applied.vs[key] = a
+	case !a.vs.Equal(d.vs):
+		ops++
+		if err := p.kernel.IPVS.UpdateVirtualServer(ctx, d.vs); err != nil {
+			return ops, fmt.Errorf("updating virtual server %s: %w", d.vs, err)
+		}
+		a.vs = d.vs
+	}
+
+	changedRS := false
+	rsKeys := make([]string, 0, len(d.realServers))
+	for k := range d.realServers {
+		rsKeys = append(rsKeys, k)
+	}
+	sort.Strings(rsKeys)
+	for _, rk := range rsKeys {
+		want := d.realServers[rk]
+		cur := a.rs[rk]
+		switch {
+		case cur == nil:
+			ops++
+			if err := p.kernel.IPVS.AddRealServer(ctx, a.vs, want); err != nil {
+				return ops, fmt.Errorf("adding real server %s to %s: %w", want, a.vs, err)
+			}
+			a.rs[rk] = copyRS(want)
+			changedRS = true
+		case cur.Weight != want.Weight:
+			ops++
+			if err := p.kernel.IPVS.UpdateRealServer(ctx, a.vs, want); err != nil {
+				return ops, fmt.Errorf("setting weight %d on real server %s of %s: %w", want.Weight, want, a.vs, err)
+			}
+			cur.Weight = want.Weight
+			changedRS = true
+		}
+		delete(p.draining, key+"/"+rk)
+	}
+	var stale []string
+	for rk := range a.rs {
+		if _, ok := d.realServers[rk]; !ok {
+			stale = append(stale, rk)
+		}
+	}
+	sort.Strings(stale)
+	for _, rk := range stale {
+		cur := a.rs[rk]
+		if _, draining := p.draining[key+"/"+rk]; draining {
+			continue
+		}
+		// TCP real servers that still serve traffic drain at weight 0; one already at
+		// weight 0 was terminating and its pod is now gone, and UDP/SCTP real servers go
+		// at once (kubernetes#71514: a weight-0 UDP destination keeps receiving a client's
+		// datagrams until its IPVS entry expires).
+		if a.vs.Protocol == ipvs.TCP && p.bc.drainTerminating && cur.Weight > 0 {
+			ops++
+			zero := copyRS(cur)
+			zero.Weight = 0
+			if err := p.kernel.IPVS.UpdateRealServer(ctx, a.vs, zero); err != nil {
+				return ops, fmt.Errorf("draining real server %s of %s: %w", cur, a.vs, err)
+			}
+			cur.Weight = 0
+			p.draining[key+"/"+rk] = &drainingRS{vsKey: key, rsKey: rk, deadline: p.clock.Now().Add(p.opts.DrainTimeout).UnixNano()}
+			continue
+		}
+		ops++
+		if err := p.kernel.IPVS.DeleteRealServer(ctx, a.vs, cur); err != nil && !ipvs.IsNotFound(err) {
+			return ops, fmt.Errorf("deleting real server %s of %s: %w", cur, a.vs, err)
+		}
+		delete(a.rs, rk)
+		changedRS = true
+	}
+	if changedRS {
+		p.noteConntrack(a.vs, ct)
+	}
+	return ops, nil
+}
+
+func (p *Proxier) noteConntrack(vs *ipvs.VirtualServer, ct *[]conntrackTarget) {
+	if vs.Protocol == ipvs.UDP || vs.Protocol == ipvs.SCTP {
+		*ct = append(*ct, conntrackTarget{protocol: vs.Protocol, addr: vs.Address.String(), port: vs.Port})
+	}
+}
+
+func copyRS(rs *ipvs.RealServer) *ipvs.RealServer {
+	c := *rs
+	c.Address = append(net.IP(nil), rs.Address...)
+	return &c
+}
+
+// processDraining deletes draining real servers whose connections have ended or whose
+// deadline has passed: one destination dump per virtual server with draining entries.
+func (p *Proxier) processDraining(ctx context.Context, stats *SyncStats) error {
+	if len(p.draining) == 0 {
+		return nil
+	}
+	byVS := map[string][]string{}
+	for k, dr := range p.draining {
+		byVS[dr.vsKey] = append(byVS[dr.vsKey], k)
+	}
+	now := p.clock.Now().UnixNano()
+	vsKeys := make([]string, 0, len(byVS))
+	for k := range byVS {
+		vsKeys = append(vsKeys, k)
+	}
+	sort.Strings(vsKeys)
+	for _, vk := range vsKeys {
+		a := p.applied.vs[vk]
+		if a == nil {
+			for _, k := range byVS[vk] {
+				delete(p.draining, k)
+			}
+			continue
+		}
+		live, err := p.kernel.IPVS.GetRealServers(ctx, a.vs)
+		if err != nil {
+			return fmt.Errorf("reading connections of %s: %w", a.vs, err)
+		}
+		conns := map[string]int{}
+		for _, rs := range live {
+			conns[rs.Key()] = rs.ActiveConn + rs.InactiveConn
+		}
+		for _, k := range byVS[vk] {
+			dr := p.draining[k]
+			n, present := conns[dr.rsKey]
+			if present && n > 0 && now < dr.deadline {
+				continue
+			}
+			if cur := a.rs[dr.rsKey]; cur != nil && present {
+				stats.IPVSOps++
+				if err := p.kernel.IPVS.DeleteRealServer(ctx, a.vs, cur); err != nil && !ipvs.IsNotFound(err) {
+					return fmt.Errorf("deleting drained real server %s of %s: %w", cur, a.vs, err)
+				}
+			}
+			delete(a.rs, dr.rsKey)
+			delete(p.draining, k)
+		}
+	}
+	observeDraining(p.opts.IPFamily, len(p.draining))
+	return nil
+}
+
+// ensureSets creates missing sets and replaces sets of the wrong type (full syncs only).
+func (p *Proxier) ensureSets(ctx context.Context, stats *SyncStats) error {
+	tx := &ipset.Transaction{}
+	var wrong []*ipset.Set
+	for _, spec := range setSpecs(p.opts.IPFamily) {
+		have, ok := p.applied.sets[spec.Name]
+		switch {
+		case !ok:
+			tx.Create(spec)
+		case have.Type != spec.Type || (spec.Family != "" && have.Family != "" && have.Family != spec.Family):
+			wrong = append(wrong, spec)
+		}
+	}
+	if tx.Len() > 0 {
+		if err := p.kernel.IPSet.Apply(ctx, tx); err != nil {
+			return fmt.Errorf("creating ipsets: %w", err)
+		}
+		stats.IPSetOps += tx.Len()
+		for _, spec := range setSpecs(p.opts.IPFamily) {
+			if _, ok := p.applied.sets[spec.Name]; !ok {
+				p.applied.sets[spec.Name] = spec
+			}
+		}
+	}
+	for _, spec := range wrong {
+		if err := p.replaceSet(ctx, spec, stats); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// replaceSet swaps a set of the wrong type (left by an older kube-proxy,
+// kubernetes#77265) for one of the right type without a moment in which the rules that
+// use it match nothing: the rules are first pointed at a filled temporary set, the old
+// set is recreated with the right type and filled, the rules are pointed back, and the
+// temporary set is destroyed.
+func (p *Proxier) replaceSet(ctx context.Context, spec *ipset.Set, stats *SyncStats) error {
+	base := p.reverse[spec.Name]
+	tmp := *spec
+	tmp.Name = tempSetName(spec.Name)
+	fill := func(tx *ipset.Transaction, name string) {
+		for e := range p.index.setRefs {
+			if e.set == base {
+				tx.Add(name, e.entry)
+			}
+		}
+	}
+	// A leftover of an interrupted replacement goes first.
+	leftover := &ipset.Transaction{}
+	leftover.Destroy(tmp.Name)
+	if err := p.kernel.IPSet.Apply(ctx, leftover); err != nil && !ipset.IsNotFound(err) {
+		return fmt.Errorf("removing leftover ipset %s: %w", tmp.Name, err)
+	}
+	tx := &ipset.Transaction{}
+	tx.Create(&tmp)
+	fill(tx, tmp.Name)
+	if err := p.kernel.IPSet.Apply(ctx, tx); err != nil {
+		return fmt.Errorf("preparing replacement for ipset %s: %w", spec.Name, err)
+	}
+	p.names[base] = tmp.Name
+	err := p.kernel.IPTables.RestoreAll(ctx, p.iptablesRules(), iptables.NoFlushTables, iptables.RestoreCount)
+	p.names[base] = spec.Name
+	if err != nil {
+		return fmt.Errorf("pointing rules at temporary ipset %s: %w", tmp.Name, err)
+	}
+	tx = &ipset.Transaction{}
+	tx.Destroy(spec.Name)
+	tx.Create(spec)
+	fill(tx, spec.Name)
+	if err := p.kernel.IPSet.Apply(ctx, tx); err != nil {
+		return fmt.Errorf("recreating ipset %s with type %s: %w", spec.Name, spec.Type, err)
+	}
+	if err := p.kernel.IPTables.RestoreAll(ctx, p.iptablesRules(), iptables.NoFlushTables, iptables.RestoreCount); err != nil {
+		return fmt.Errorf("pointing rules back at ipset %s: %w", spec.Name, err)
+	}
+	tx = &ipset.Transaction{}
+	tx.Destroy(tmp.Name)
+	if err := p.kernel.IPSet.Apply(ctx, tx); err != nil {
+		return fmt.Errorf("destroying temporary ipset %s: %w", tmp.Name, err)
+	}
+	stats.IPSetOps += 3
+	p.applied.sets[spec.Name] = spec
+	for e := range p.applied.entries {
+		if e.set == base && !p.index.hasEntry(e) {
+			p.applied.entries.Delete(e)
+		}
+	}
+	for e := range p.index.setRefs {
+		if e.set == base {
+			p.applied.entries.Insert(e)
+		}
+	}
+	p.logger.Info("Replaced ipset of the wrong type", "ipset", spec.Name, "type", spec.Type)
+	return nil
+}
+
+func tempSetName(name string) string {
+	const suffix = "-TMP"
+	if len(name)+len(suffix) > ipsetNameMaxLen {
+		name = name[:ipsetNameMaxLen-len(suffix)]
+	}
+	return name + suffix
+}
+
+// syncHealthServers hands the eTP=Local health check ports and local endpoint counts
+// to the health server.
+func (p *Proxier) syncHealthServers() {
+	if p.opts.ServiceHealth == nil {
+		return
+	}
+	svcs := make(map[types.NamespacedName]uint16, len(p.index.hcPorts))
+	for k, v := range p.index.hcPorts {
+		svcs[k] = v
+	}
+	eps := make(map[types.NamespacedName]int, len(p.index.hcEndpoints))
+	for k, v := range p.index.hcEndpoints {
+		eps[k] = v
+	}
+	if err := p.opts.ServiceHealth.SyncServices(svcs); err != nil {
+		p.logger.Error(err, "Error syncing healthcheck services")
+	}
+	if err := p.opts.ServiceHealth.SyncEndpoints(eps); err != nil {
+		p.logger.Error(err, "Error syncing healthcheck endpoints")
+	}
+	p.hcSynced = true
+}
+
+// cleanConntrack deletes UDP/SCTP flows to changed virtual servers whose reply source
+// is no longer one of their serving real servers (kubernetes#71514, #76664); on a full
+// sync every UDP/SCTP virtual server is checked.
+func (p *Proxier) cleanConntrack(ctx context.Context, targets []conntrackTarget, full bool) {
+	if p.kernel.Conntrack == nil {
+		return
+	}
+	want := map[string]bool{}
+	for _, t := range targets {
+		want[t.protocol+"/"+net.JoinHostPort(t.addr, strconv.Itoa(int(t.port)))] = true
+	}
+	if full {
+		for k, a := range p.applied.vs {
+			if a.vs.Protocol != ipvs.TCP {
+				want[k] = true
+			}
+		}
+	}
+	if len(want) == 0 {
+		return
+	}
+	deleted := 0
+	for _, proto := range []struct {
+		name string
+		num  uint8
+	}{{ipvs.UDP, 17}, {ipvs.SCTP, 132}} {
+		flows, err := p.kernel.Conntrack.ListFlows(ctx, proto.num)
+		if err != nil {
+			p.logger.Error(err, "Failed to list conntrack flows", "protocol", proto.name)
+			continue
+		}
+		var stale []conntrack.Flow
+		for _, f := range flows {
+			key := proto.name + "/" + net.JoinHostPort(f.OrigDst.String(), strconv.Itoa(int(f.OrigDstPort)))
+			if !want[key] {
+				continue
+			}
+			if a := p.applied.vs[key]; a != nil {
+				rs := a.rs[net.JoinHostPort(f.ReplySrc.String(), strconv.Itoa(int(f.ReplySrcPort)))]
+				if rs != nil && rs.Weight > 0 {
+					continue
+				}
+			}
+			stale = append(stale, f)
+		}
+		if len(stale) == 0 {
+			continue
+		}
+		n, err := p.kernel.Conntrack.DeleteFlows(ctx, stale)
+		if err != nil {
+			p.logger.Error(err, "Failed to delete stale conntrack flows", "protocol", proto.name)
+		}
+		deleted += n
+	}
+	observeConntrackDeleted(p.opts.IPFamily, deleted)
+}

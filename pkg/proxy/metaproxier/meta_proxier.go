@@ -1,0 +1,110 @@
+// Package metaproxier fans events out to one proxier per IP family (dual-stack).
+package metaproxier
+
+import (
+	v1 "k8s.io/api/core/v1"
+	discovery "k8s.io/api/discovery/v1"
+	"k8s.io/klog/v2"
+
+	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/proxy"
+)
+
+type metaProxier struct {
+	ipv4 proxy.Provider
+	ipv6 proxy.Provider
+}
+
+// New returns a Provider that dispatches to an IPv4 and an IPv6 proxier. Each proxier
+// filters objects by family itself, so every event goes to both.
+func New(ipv4, ipv6 proxy.Provider) proxy.Provider {
+	return &metaProxier{ipv4: ipv4, ipv6: ipv6}
+}
+
+func (m *metaProxier) Sync() {
+	m.ipv4.Sync()
+	m.ipv6.Sync()
+}
+
+// SyncLoop runs the IPv6 loop in the background and the IPv4 one in the caller.
+func (m *metaProxier) SyncLoop() {
+	go m.ipv6.SyncLoop()
+	m.ipv4.SyncLoop()
+}
+
+func (m *metaProxier) OnServiceAdd(s *v1.Service) {
+	m.ipv4.OnServiceAdd(s)
+	m.ipv6.OnServiceAdd(s)
+}
+
+func (m *metaProxier) OnServiceUpdate(o, s *v1.Service) {
+	m.ipv4.OnServiceUpdate(o, s)
+	m.ipv6.OnServiceUpdate(o, s)
+}
+
+func (m *metaProxier) OnServiceDelete(s *v1.Service) {
+	m.ipv4.OnServiceDelete(s)
+	m.ipv6.OnServiceDelete(s)
+}
+
+func (m *metaProxier) OnServiceSynced() {
+	m.ipv4.OnServiceSynced()
+	m.ipv6.OnServiceSynced()
+}
+
+func (m *metaProxier) OnEndpointSliceAdd(e *discovery.EndpointSlice) {
+	switch e.AddressType {
+	case discovery.AddressTypeIPv4:
+		m.ipv4.OnEndpointSliceAdd(e)
+	case discovery.AddressTypeIPv6:
+		m.ipv6.OnEndpointSliceAdd(e)
+	default:
+		klog.V(4).InfoS("EndpointSlice address type not supported", "addressType", e.AddressType, "endpointSlice", klog.KObj(e))
+	}
+}
+
+func (m *metaProxier) OnEndpointSliceUpdate(o, e *discovery.EndpointSlice) {
+	switch e.AddressType {
+	case discovery.AddressTypeIPv4:
+		m.ipv4.OnEndpointSliceUpdate(o, e)
+	case discovery.AddressTypeIPv6:
+		m.ipv6.OnEndpointSliceUpdate(o, e)
+	default:
+		klog.V(4).InfoS("EndpointSlice address type not supported", "addressType", e.AddressType, "endpointSlice", klog.KObj(e))
+	}
+}
+
+func (m *metaProxier) OnEndpointSliceDelete(e *discovery.EndpointSlice) {
+	switch e.AddressType {
+	case discovery.AddressTypeIPv4:
+		m.ipv4.OnEndpointSliceDelete(e)
+	case discovery.AddressTypeIPv6:
+		m.ipv6.OnEndpointSliceDelete(e)
+	default:
+		klog.V(4).InfoS("EndpointSlice address type not supported", "addressType", e.AddressType, "endpointSlice", klog.KObj(e))
+	}
+}
+
+func (m *metaProxier) OnEndpointSlicesSynced() {
+	m.ipv4.OnEndpointSlicesSynced()
+	m.ipv6.OnEndpointSlicesSynced()
+}
+
+func (m *metaProxier) OnNodeAdd(n *v1.Node) {
+	m.ipv4.OnNodeAdd(n)
+	m.ipv6.OnNodeAdd(n)
+}
+
+func (m *metaProxier) OnNodeUpdate(o, n *v1.Node) {
+	m.ipv4.OnNodeUpdate(o, n)
+	m.ipv6.OnNodeUpdate(o, n)
+}
+
+func (m *metaProxier) OnNodeDelete(n *v1.Node) {
+	m.ipv4.OnNodeDelete(n)
+	m.ipv6.OnNodeDelete(n)
+}
+
+func (m *metaProxier) OnNodeSynced() {
+	m.ipv4.OnNodeSynced()
+	m.ipv6.OnNodeSynced()
+}
