@@ -1,0 +1,172 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/selection"
+	"k8s.io/client-go/informers"
+	"k8s.io/klog/v2"
+
+	proxyconfig "github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/proxy/config"
+	proxymetrics "github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/proxy/metrics"
+)
+
+// Labels that take a Service away from kube-proxy (upstream pkg/proxy/apis).
+const (
+	labelServiceProxyName = "service.kubernetes.io/service-proxy-name"
+	labelHeadless         = "service.kubernetes.io/headless"
+)
+
+// serviceLabelSelector is `!service.kubernetes.io/service-proxy-name,
+// !service.kubernetes.io/headless`, built from requirements as upstream does.
+func serviceLabelSelector() (labels.Selector, error) {
+	noProxyName, err := labels.NewRequirement(labelServiceProxyName, selection.DoesNotExist, nil)
+	if err != nil {
+		return nil, fmt.Errorf("building the service-proxy-name selector: %w", err)
+	}
+	noHeadless, err := labels.NewRequirement(labelHeadless, selection.DoesNotExist, nil)
+	if err != nil {
+		return nil, fmt.Errorf("building the headless selector: %w", err)
+	}
+	return labels.NewSelector().Add(*noProxyName, *noHeadless), nil
+}
+
+// Run starts the health and metrics servers, the informers and the proxier's
+// sync loop, and blocks until ctx ends (SIGTERM/SIGINT: returns nil and leaves
+// the kernel rules in place so traffic keeps flowing until the next kube-proxy
+// takes over), a server fails with bindAddressHardFail, or the --config file
+// changes (returns an error so the pod restarts with the new file).
+func (s *ProxyServer) Run(ctx context.Context) error {
+	logger := klog.FromContext(ctx)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	errCh := make(chan error, 4)
+	cfg := s.Config
+
+	if err := s.Broadcaster.StartRecordingToSinkWithContext(ctx); err != nil {
+		return fmt.Errorf("starting the event broadcaster: %w", err)
+	}
+	defer s.Broadcaster.Shutdown()
+
+	if s.HealthzServer != nil {
+		go s.serve(ctx, "healthz", cfg.HealthzBindAddress, s.HealthzServer.Run, errCh)
+	}
+	if cfg.MetricsBindAddress != "" {
+		handler := proxymetrics.NewMetricsMux("ipvs", cfg.EnableProfiling, func() any {
+			return map[string]any{"kubeproxy.config.k8s.io": cfg}
+		})
+		run := func(ctx context.Context) error { return serveHTTP(ctx, cfg.MetricsBindAddress, handler) }
+		go s.serve(ctx, "metrics", cfg.MetricsBindAddress, run, errCh)
+	}
+
+	selector, err := serviceLabelSelector()
+	if err != nil {
+		return err
+	}
+	resync := cfg.ConfigSyncPeriod.Duration
+	factory := informers.NewSharedInformerFactoryWithOptions(s.Client, resync,
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = selector.String() }))
+	serviceConfig := proxyconfig.NewServiceConfig(ctx, factory.Core().V1().Services(), resync)
+	serviceConfig.RegisterEventHandler(s.Proxier)
+	endpointSliceConfig := proxyconfig.NewEndpointSliceConfig(ctx, factory.Discovery().V1().EndpointSlices(), resync)
+	endpointSliceConfig.RegisterEventHandler(s.Proxier)
+
+	nodeFactory := informers.NewSharedInformerFactoryWithOptions(s.Client, resync,
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+			o.FieldSelector = fields.OneTermEqualSelector("metadata.name", s.NodeName).String()
+		}))
+	nodeConfig := proxyconfig.NewNodeConfig(ctx, nodeFactory.Core().V1().Nodes(), resync)
+	nodeConfig.RegisterEventHandler(s.Proxier)
+	if s.HealthzServer != nil {
+		nodeConfig.RegisterEventHandler(healthzNodeHandler{s.HealthzServer})
+	}
+
+	go serviceConfig.Run(ctx.Done())
+	go endpointSliceConfig.Run(ctx.Done())
+	go nodeConfig.Run(ctx.Done())
+	factory.Start(ctx.Done())
+	nodeFactory.Start(ctx.Done())
+	defer factory.Shutdown()
+	defer nodeFactory.Shutdown()
+
+	s.Recorder.Eventf(s.NodeRef, nil, v1.EventTypeNormal, "Starting", "StartKubeProxy", "Starting kube-proxy.")
+
+	go s.Proxier.SyncLoop()
+
+	if s.ConfigFile != "" {
+		go func() {
+			if err := watchConfigFile(ctx, s.ConfigFile, s.deps.configPoll); err != nil {
+				errCh <- err
+			}
+		}()
+	}
+
+	select {
+	case <-ctx.Done():
+		logger.Info("Shutting down; the IPVS, ipset and iptables rules stay in place")
+		return nil
+	case err := <-errCh:
+		return err
+	}
+}
+
+// serve runs a server; with bindAddressHardFail a failure ends the daemon,
+// otherwise it is logged and retried, as upstream does.
+func (s *ProxyServer) serve(ctx context.Context, name, addr string, run func(context.Context) error, errCh chan<- error) {
+	logger := klog.FromContext(ctx).WithValues("server", name, "address", addr)
+	retry := s.deps.serverRetry
+	if retry <= 0 {
+		retry = 5 * time.Second
+	}
+	for {
+		err := run(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		if err == nil {
+			err = errors.New("server stopped")
+		}
+		if s.Config.BindAddressHardFail {
+			errCh <- fmt.Errorf("%s server on %s: %w", name, addr, err)
+			return
+		}
+		logger.Error(err, "Server failed; retrying", "retryAfter", retry)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(retry):
+		}
+	}
+}
+
+// serveHTTP serves handler on addr until ctx ends.
+func serveHTTP(ctx context.Context, addr string, handler http.Handler) error {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("listening: %w", err)
+	}
+	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		<-ctx.Done()
+		shutdownCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(shutdownCtx)
+	}()
+	err = srv.Serve(ln)
+	if errors.Is(err, http.ErrServerClosed) {
+		<-done
+		return nil
+	}
+	return err
+}

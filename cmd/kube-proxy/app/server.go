@@ -1,0 +1,309 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"strings"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	clientset "k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/component-base/featuregate"
+	"k8s.io/klog/v2"
+	"k8s.io/kube-proxy/config/v1alpha1"
+
+	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/proxy"
+	proxyconfigapi "github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/proxy/apis/config"
+	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/sysctl"
+)
+
+// ProxyServer is everything the proxier and the run loop need. The proxier
+// (createProxier) reads its settings from Config and the node facts below.
+type ProxyServer struct {
+	// Config is the validated, defaulted effective configuration.
+	Config *v1alpha1.KubeProxyConfiguration
+	// FeatureGate is the effective feature gate.
+	FeatureGate featuregate.FeatureGate
+
+	Client      clientset.Interface
+	Broadcaster events.EventBroadcaster
+	Recorder    events.EventRecorder
+	// NodeRef is the object events about this kube-proxy are recorded on.
+	NodeRef *v1.ObjectReference
+
+	// NodeName is --hostname-override / hostnameOverride, else the hostname,
+	// lowercased.
+	NodeName string
+	// Node is the Node object as fetched at start-up.
+	Node *v1.Node
+	// PrimaryIPFamily is the family of the node's first IP (or of a specific
+	// bindAddress).
+	PrimaryIPFamily v1.IPFamily
+	// NodeIPs has the node's first IP of each family it has (InternalIP before
+	// ExternalIP); a specific bindAddress replaces its family's entry.
+	NodeIPs map[v1.IPFamily]net.IP
+	// IPFamilies are the families to run a proxier for: PrimaryIPFamily first,
+	// then the other one if the kernel supports it (upstream's dual-stack rule).
+	IPFamilies []v1.IPFamily
+	// PodCIDRs is node.spec.podCIDRs (for detectLocalMode NodeCIDR).
+	PodCIDRs []string
+	// NodePortAddresses is nodePortAddresses with the keywords expanded to
+	// CIDRs ('primary' -> the NodeIPs as /32 and /128, 'localhost', 'all').
+	// Empty means every local address.
+	NodePortAddresses []string
+
+	// HealthzServer serves /healthz and /livez; nil when healthzBindAddress is "".
+	HealthzServer HealthServer
+
+	// Sysctl is the /proc/sys accessor the proxier should use too.
+	Sysctl sysctl.Interface
+
+	// Proxier is created by createProxier after the kernel set-up.
+	Proxier proxy.Provider
+
+	// ConfigFile is --config; the daemon exits when its content changes.
+	ConfigFile string
+
+	deps deps
+}
+
+// deps are the process-level collaborators, swapped in tests.
+type deps struct {
+	newClient       func(ctx context.Context, cfg *v1alpha1.KubeProxyConfiguration, master string) (clientset.Interface, error)
+	hostname        func() (string, error)
+	kernel          kernelSetup
+	familySupported func(v1.IPFamily) bool
+	nodeWaitTimeout time.Duration
+	nodePoll        time.Duration
+	newProvider     func(ctx context.Context, s *ProxyServer) (proxy.Provider, error)
+	newHealthServer func(addr string, healthTimeout time.Duration) HealthServer
+	configPoll      time.Duration
+	serverRetry     time.Duration
+}
+
+func defaultDeps() deps {
+	return deps{
+		newClient:       createClient,
+		hostname:        os.Hostname,
+		kernel:          defaultKernelSetup(),
+		familySupported: kernelSupportsFamily,
+		nodeWaitTimeout: 30 * time.Second,
+		nodePoll:        time.Second,
+		newProvider:     createProxier,
+		newHealthServer: defaultHealthServer,
+		configPoll:      5 * time.Second,
+		serverRetry:     5 * time.Second,
+	}
+}
+
+// kernelSupportsFamily reports whether the kernel has the IP family enabled.
+func kernelSupportsFamily(family v1.IPFamily) bool {
+	if family == v1.IPv4Protocol {
+		return true
+	}
+	_, err := os.Stat("/proc/net/if_inet6")
+	return err == nil
+}
+
+// newProxyServer resolves the node, builds the client and recorder, sets up the
+// kernel and creates the proxier.
+func newProxyServer(ctx context.Context, o *Options, d deps) (*ProxyServer, error) {
+	logger := klog.FromContext(ctx)
+	cfg := o.config
+	s := &ProxyServer{Config: cfg, FeatureGate: o.featureGate, Sysctl: d.kernel.sysctl, ConfigFile: o.ConfigFile, deps: d}
+
+	name, err := resolveNodeName(cfg.HostnameOverride, d.hostname)
+	if err != nil {
+		return nil, err
+	}
+	s.NodeName = name
+
+	if s.Client, err = d.newClient(ctx, cfg, o.Master); err != nil {
+		return nil, err
+	}
+
+	if s.Node, err = waitForNode(ctx, s.Client, s.NodeName, d.nodePoll, d.nodeWaitTimeout); err != nil {
+		return nil, err
+	}
+	s.PrimaryIPFamily, s.NodeIPs = detectNodeIPs(logger, s.Node, cfg.BindAddress)
+	s.PodCIDRs = s.Node.Spec.PodCIDRs
+	s.IPFamilies = []v1.IPFamily{s.PrimaryIPFamily}
+	if other := otherFamily(s.PrimaryIPFamily); d.familySupported(other) {
+		s.IPFamilies = append(s.IPFamilies, other)
+		logger.Info("Running in dual-stack mode", "primaryIPFamily", s.PrimaryIPFamily)
+	} else {
+		logger.Info("Running in single-stack mode", "ipFamily", s.PrimaryIPFamily)
+	}
+	s.NodePortAddresses = expandNodePortAddresses(cfg.NodePortAddresses, s.NodeIPs)
+	if len(cfg.NodePortAddresses) == 0 {
+		logger.Info("nodePortAddresses is unset; NodePort connections will be accepted on all local IPs. Consider using `--nodeport-addresses primary`")
+	}
+
+	s.Broadcaster = events.NewBroadcaster(&events.EventSinkImpl{Interface: s.Client.EventsV1()})
+	s.Recorder = s.Broadcaster.NewRecorder(scheme.Scheme, componentName)
+	s.NodeRef = &v1.ObjectReference{Kind: "Node", Name: s.NodeName, UID: types.UID(s.NodeName)}
+
+	if cfg.HealthzBindAddress != "" && d.newHealthServer != nil {
+		s.HealthzServer = d.newHealthServer(cfg.HealthzBindAddress, 2*cfg.IPVS.SyncPeriod.Duration)
+	}
+
+	if err := s.setupKernel(ctx); err != nil {
+		return nil, err
+	}
+	if s.Proxier, err = d.newProvider(ctx, s); err != nil {
+		return nil, fmt.Errorf("creating the ipvs proxier: %w", err)
+	}
+	return s, nil
+}
+
+// setupKernel applies the OOM score and conntrack sysctls (also what --init-only
+// does).
+func (s *ProxyServer) setupKernel(ctx context.Context) error {
+	k := s.deps.kernel
+	if k.sysctl == nil {
+		k = defaultKernelSetup()
+	}
+	if err := k.apply(ctx, s.Config); err != nil {
+		return fmt.Errorf("setting up conntrack: %w", err)
+	}
+	return nil
+}
+
+func resolveNodeName(override string, hostname func() (string, error)) (string, error) {
+	name := override
+	if name == "" {
+		h, err := hostname()
+		if err != nil {
+			return "", fmt.Errorf("determining the node name from the hostname: %w", err)
+		}
+		name = h
+	}
+	name = strings.ToLower(strings.TrimSpace(name))
+	if name == "" {
+		return "", fmt.Errorf("empty node name: set --hostname-override")
+	}
+	return name, nil
+}
+
+// waitForNode polls for the Node object; kube-proxy needs its addresses and
+// podCIDRs before it can program anything.
+func waitForNode(ctx context.Context, client clientset.Interface, name string, poll, timeout time.Duration) (*v1.Node, error) {
+	var node *v1.Node
+	var lastErr error
+	err := wait.PollUntilContextTimeout(ctx, poll, timeout, true, func(ctx context.Context) (bool, error) {
+		n, err := client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			lastErr = err
+			return false, nil
+		}
+		node = n
+		return true, nil
+	})
+	if err != nil {
+		if apierrors.IsNotFound(lastErr) {
+			return nil, fmt.Errorf("node %q not found after %s: is --hostname-override (or the hostname) the Node's name?", name, timeout)
+		}
+		if lastErr != nil {
+			return nil, fmt.Errorf("getting node %q (gave up after %s): %w", name, timeout, lastErr)
+		}
+		return nil, fmt.Errorf("waiting for node %q: %w", name, err)
+	}
+	return node, nil
+}
+
+// detectNodeIPs picks the node's IPs the way upstream does: the first
+// InternalIP of each family, else the first ExternalIP; the first address
+// found sets the primary family. A specific bindAddress overrides its family
+// and becomes primary. With no address at all, it assumes IPv4 loopback.
+func detectNodeIPs(logger klog.Logger, node *v1.Node, bindAddress string) (v1.IPFamily, map[v1.IPFamily]net.IP) {
+	ips := map[v1.IPFamily]net.IP{}
+	var primary v1.IPFamily
+	for _, addrType := range []v1.NodeAddressType{v1.NodeInternalIP, v1.NodeExternalIP} {
+		for _, a := range node.Status.Addresses {
+			if a.Type != addrType {
+				continue
+			}
+			ip := net.ParseIP(a.Address)
+			if ip == nil {
+				continue
+			}
+			fam := familyOf(ip)
+			if _, seen := ips[fam]; seen {
+				continue
+			}
+			ips[fam] = ip
+			if primary == "" {
+				primary = fam
+			}
+		}
+	}
+	if bind := net.ParseIP(bindAddress); bind != nil && !bind.IsUnspecified() {
+		fam := familyOf(bind)
+		ips[fam] = bind
+		primary = fam
+	}
+	if primary == "" {
+		logger.Info("Can't determine this node's IP, assuming 127.0.0.1; if this is incorrect, please set the --bind-address flag")
+		primary = v1.IPv4Protocol
+		ips[primary] = net.IPv4(127, 0, 0, 1)
+	}
+	return primary, ips
+}
+
+func familyOf(ip net.IP) v1.IPFamily {
+	if ip.To4() != nil {
+		return v1.IPv4Protocol
+	}
+	return v1.IPv6Protocol
+}
+
+func otherFamily(f v1.IPFamily) v1.IPFamily {
+	if f == v1.IPv4Protocol {
+		return v1.IPv6Protocol
+	}
+	return v1.IPv4Protocol
+}
+
+// expandNodePortAddresses turns the keywords of nodePortAddresses into CIDRs.
+func expandNodePortAddresses(values []string, nodeIPs map[v1.IPFamily]net.IP) []string {
+	var out []string
+	seen := map[string]bool{}
+	add := func(cidr string) {
+		if !seen[cidr] {
+			seen[cidr] = true
+			out = append(out, cidr)
+		}
+	}
+	for _, v := range values {
+		switch v {
+		case proxyconfigapi.NodePortAddressesPrimary:
+			if ip := nodeIPs[v1.IPv4Protocol]; ip != nil && !ip.IsLoopback() {
+				add(ip.String() + "/32")
+			}
+			if ip := nodeIPs[v1.IPv6Protocol]; ip != nil && !ip.IsLoopback() {
+				add(ip.String() + "/128")
+			}
+		case proxyconfigapi.NodePortAddressesLocalhost:
+			add("127.0.0.0/8")
+			add("::1/128")
+		case proxyconfigapi.NodePortAddressesAll:
+			add("0.0.0.0/0")
+			add("::/0")
+		default:
+			add(strings.TrimSpace(v))
+		}
+	}
+	return out
+}
+
+// errNotImplemented marks the parts the lead fills in.
+var errNotImplemented = errors.New("not implemented yet")
