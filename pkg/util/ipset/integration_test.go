@@ -4,8 +4,17 @@ package ipset
 // ipsets and iptables rules it creates live and die with the namespace.
 
 import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
 	"os/exec"
+	"strings"
 	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/vishvananda/netlink"
 
 	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/testing/netns"
 	utilexec "k8s.io/utils/exec"
@@ -33,5 +42,209 @@ func TestIntegrationConformance(t *testing.T) {
 				mustRun(t, "iptables-legacy", "-t", "filter", "-A", "INPUT", "-m", "set", "--match-set", set, "src", "-j", "ACCEPT")
 			}
 		})
+	})
+}
+
+func TestIntegrationListAndErrors(t *testing.T) {
+	netns.Run(t, func(t *testing.T) {
+		ctx := context.Background()
+		ips := New(utilexec.New())
+		tx := &Transaction{}
+		tx.Create(&Set{Name: "KUBE-CLUSTER-IP", Type: HashIPPort})
+		tx.Create(&Set{Name: "KUBE-6-CLUSTER-IP", Type: HashIPPort, Family: FamilyInet6})
+		tx.Create(&Set{Name: "KUBE-NODE-PORT-TCP", Type: BitmapPort})
+		tx.Add("KUBE-CLUSTER-IP", "10.96.0.1,tcp:443")
+		tx.Add("KUBE-6-CLUSTER-IP", "fd00::1,tcp:443")
+		tx.Add("KUBE-NODE-PORT-TCP", "30080")
+		if err := ips.Apply(ctx, tx); err != nil {
+			t.Fatal(err)
+		}
+		sets, err := ips.ListSets(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := []*Set{
+			{Name: "KUBE-CLUSTER-IP", Type: HashIPPort, Family: FamilyInet, HashSize: 1024, MaxElem: 65536},
+			{Name: "KUBE-6-CLUSTER-IP", Type: HashIPPort, Family: FamilyInet6, HashSize: 1024, MaxElem: 65536},
+			{Name: "KUBE-NODE-PORT-TCP", Type: BitmapPort, PortMax: 65535},
+		}
+		if diff := cmp.Diff(want, sets); diff != "" {
+			t.Errorf("ListSets (-want +got):\n%s", diff)
+		}
+		entries, err := ips.ListEntries(ctx, "KUBE-6-CLUSTER-IP")
+		if err != nil || len(entries) != 1 || entries[0] != "fd00::1,tcp:443" {
+			t.Errorf("ListEntries = %v, %v", entries, err)
+		}
+		if _, err := ips.ListEntries(ctx, "KUBE-NOPE"); !IsNotFound(err) {
+			t.Errorf("ListEntries(missing) = %v, want not found", err)
+		}
+		// An IPv4 entry in an IPv6 set passes the type-agnostic check and fails in
+		// ipset itself: the error must name the operation.
+		tx = &Transaction{}
+		tx.Add("KUBE-NODE-PORT-TCP", "30081")
+		tx.Add("KUBE-6-CLUSTER-IP", "10.0.0.1,tcp:80")
+		err = ips.Apply(ctx, tx)
+		var ierr *Error
+		if !IsInvalid(err) || !errors.As(err, &ierr) || ierr.Index != 1 || ierr.Line != "add KUBE-6-CLUSTER-IP 10.0.0.1,tcp:80" {
+			t.Errorf("Apply = %#v, want ErrInvalid at op 1", err)
+		}
+	})
+}
+
+// TestIntegration100kEntries applies 100k entries in one transaction (one process).
+func TestIntegration100kEntries(t *testing.T) {
+	netns.Run(t, func(t *testing.T) {
+		ctx := context.Background()
+		ips := New(utilexec.New())
+		tx := bigTransaction("KUBE-BIG", 100000)
+		start := time.Now()
+		if err := ips.Apply(ctx, tx); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("applied %d operations in %v", tx.Len(), time.Since(start))
+		entries, err := ips.ListEntries(ctx, "KUBE-BIG")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(entries) != 100000 {
+			t.Fatalf("%d entries, want 100000", len(entries))
+		}
+		all, err := ips.SaveAll(ctx)
+		if err != nil || len(all["KUBE-BIG"].Entries) != 100000 {
+			t.Fatalf("SaveAll: %v", err)
+		}
+	})
+}
+
+func bigTransaction(name string, n int) *Transaction {
+	tx := &Transaction{}
+	tx.Create(&Set{Name: name, Type: HashIPPort, MaxElem: 2 * n})
+	for i := 0; i < n; i++ {
+		tx.Add(name, fmt.Sprintf("10.%d.%d.%d,tcp:%d", i>>16&255, i>>8&255, i&255, 80+i%3))
+	}
+	return tx
+}
+
+// TestIntegrationReplaceWrongType runs the Replacement recipe against real
+// iptables rules that reference the set, checking at each step that a rule
+// references a set of the right name and that the swap shortcut really fails.
+func TestIntegrationReplaceWrongType(t *testing.T) {
+	netns.Run(t, func(t *testing.T) {
+		ctx := context.Background()
+		ips := New(utilexec.New())
+		const name = "KUBE-LOAD-BALANCER-SOURCE-CIDR"
+		old := &Transaction{}
+		old.Create(&Set{Name: name, Type: HashIPPortIP})
+		old.Add(name, "10.0.0.1,tcp:80,10.0.0.2")
+		if err := ips.Apply(ctx, old); err != nil {
+			t.Fatal(err)
+		}
+		rules := func(set string) {
+			t.Helper()
+			in := "*filter\n:KUBE-SRC - [0:0]\n-F KUBE-SRC\n-A KUBE-SRC -m set --match-set " + set + " dst,dst,src -j RETURN\nCOMMIT\n"
+			cmd := exec.Command("iptables-legacy-restore", "--noflush")
+			cmd.Stdin = strings.NewReader(in)
+			if out, err := cmd.CombinedOutput(); err != nil {
+				t.Fatalf("iptables-restore: %v: %s", err, out)
+			}
+		}
+		rules(name)
+		want := &Set{Name: name, Type: HashIPPortNet}
+		r := NewReplacement(want, []string{"10.0.0.1,tcp:80,10.0.0.0/8"})
+
+		// The kernel refuses both shortcuts.
+		direct := &Transaction{}
+		direct.Create(want)
+		if err := ips.Apply(ctx, direct); !IsExists(err) {
+			t.Fatalf("create over the old type = %v, want ErrSetExists", err)
+		}
+		if err := ips.Apply(ctx, r.Direct()); !IsInUse(err) {
+			t.Fatalf("destroy while referenced = %v, want ErrSetInUse", err)
+		}
+		if err := ips.Apply(ctx, r.Stage1()); err != nil {
+			t.Fatal(err)
+		}
+		swap := &Transaction{}
+		swap.Swap(name, r.Temp)
+		if err := ips.Apply(ctx, swap); !IsTypeMismatch(err) {
+			t.Fatalf("swap across types = %v, want ErrTypeMismatch", err)
+		}
+
+		rules(r.Temp)
+		if err := ips.Apply(ctx, r.Stage2()); err != nil {
+			t.Fatal(err)
+		}
+		rules(name)
+		if err := ips.Apply(ctx, r.Stage3()); err != nil {
+			t.Fatal(err)
+		}
+		got := dump(t, ips)
+		wantDump := "create " + name + " hash:ip,port,net family inet hashsize 1024 maxelem 65536\nadd " + name + " 10.0.0.1,tcp:80,10.0.0.0/8\n"
+		if diff := cmp.Diff(wantDump, got); diff != "" {
+			t.Errorf("sets after the replacement (-want +got):\n%s", diff)
+		}
+		out, err := exec.Command("iptables-legacy-save", "-t", "filter").CombinedOutput()
+		if err != nil || !strings.Contains(string(out), "--match-set "+name+" dst,dst,src") {
+			t.Errorf("rule does not reference %s: %v\n%s", name, err, out)
+		}
+	})
+}
+
+// BenchmarkIntegrationRestore100k measures one Apply of 100k adds (plus create and
+// destroy) through `ipset restore`.
+func BenchmarkIntegrationRestore100k(b *testing.B) {
+	netns.RunBenchmark(b, func(b *testing.B) {
+		ctx := context.Background()
+		ips := New(utilexec.New())
+		tx := bigTransaction("KUBE-BENCH", 100000)
+		tx.Destroy("KUBE-BENCH")
+		b.ResetTimer()
+		for i := 0; i < b.N; i++ {
+			if err := ips.Apply(ctx, tx); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/100000, "ns/entry")
+	})
+}
+
+// BenchmarkIntegrationNetlink100k is the alternative: vishvananda/netlink's ipset
+// API, one request (with its ack) per entry.
+func BenchmarkIntegrationNetlink100k(b *testing.B) {
+	netns.RunBenchmark(b, func(b *testing.B) {
+		tcp, port := uint8(6), uint16(80)
+		for i := 0; i < b.N; i++ {
+			if err := netlink.IpsetCreate("KUBE-BENCH-NL", "hash:ip,port", netlink.IpsetCreateOptions{MaxElements: 200000}); err != nil {
+				b.Fatal(err)
+			}
+			for j := 0; j < 100000; j++ {
+				p := port + uint16(j%3)
+				e := &netlink.IPSetEntry{IP: net.IPv4(10, byte(j>>16), byte(j>>8), byte(j)), Protocol: &tcp, Port: &p, Replace: true}
+				if err := netlink.IpsetAdd("KUBE-BENCH-NL", e); err != nil {
+					b.Fatal(err)
+				}
+			}
+			if err := netlink.IpsetDestroy("KUBE-BENCH-NL"); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/100000, "ns/entry")
+	})
+}
+
+// BenchmarkIntegrationSaveAll100k measures reading 100k entries back.
+func BenchmarkIntegrationSaveAll100k(b *testing.B) {
+	netns.RunBenchmark(b, func(b *testing.B) {
+		ctx := context.Background()
+		ips := New(utilexec.New())
+		if err := ips.Apply(ctx, bigTransaction("KUBE-BENCH", 100000)); err != nil {
+			b.Fatal(err)
+		}
+		b.ResetTimer()
+		for i := 0; i < b.N; i++ {
+			if _, err := ips.SaveAll(ctx); err != nil {
+				b.Fatal(err)
+			}
+		}
 	})
 }
