@@ -79,6 +79,7 @@ endpoints as upstream kube-proxy ` + upstreamVersion + ` --proxy-mode=ipvs.`,
 	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return err })
 
 	fs := cmd.Flags()
+	fs.SetOutput(stderr) // where pflag prints deprecation notices
 	opts.AddFlags(fs)
 	addVersionFlag(fs, &versionFlag)
 	_ = cmd.MarkFlagFilename("config", "yaml", "yml", "json")

@@ -1,0 +1,300 @@
+package app
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"k8s.io/kube-proxy/config/v1alpha1"
+
+	proxyconfigapi "github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/proxy/apis/config"
+)
+
+// run executes the command in-process and returns exit code, stdout, stderr.
+func run(t *testing.T, args ...string) (int, string, string) {
+	t.Helper()
+	var stdout, stderr bytes.Buffer
+	code := Execute(args, &stdout, &stderr)
+	return code, stdout.String(), stderr.String()
+}
+
+// upstreamFlags is every flag of upstream kube-proxy v1.37.2 on Linux:
+// cmd/kube-proxy/app/options.go, the component-base logging flags
+// (logsapi.AddFlags with the JSON format registered) and --version/--help.
+var upstreamFlags = []string{
+	"bind-address", "bind-address-hard-fail", "cleanup", "cluster-cidr", "config",
+	"config-sync-period", "conntrack-max-per-core", "conntrack-min",
+	"conntrack-tcp-be-liberal", "conntrack-tcp-timeout-close-wait",
+	"conntrack-tcp-timeout-established", "conntrack-udp-timeout",
+	"conntrack-udp-timeout-stream", "detect-local-mode", "feature-gates",
+	"healthz-bind-address", "healthz-port", "help", "hostname-override", "init-only",
+	"iptables-localhost-nodeports", "iptables-masquerade-bit", "iptables-min-sync-period",
+	"iptables-sync-period", "ipvs-exclude-cidrs", "ipvs-min-sync-period", "ipvs-scheduler",
+	"ipvs-strict-arp", "ipvs-sync-period", "ipvs-tcp-timeout", "ipvs-tcpfin-timeout",
+	"ipvs-udp-timeout", "kube-api-burst", "kube-api-content-type", "kube-api-qps",
+	"kubeconfig", "log-flush-frequency", "log-json-info-buffer-size",
+	"log-json-split-stream", "log-text-info-buffer-size", "log-text-split-stream",
+	"logging-format", "masquerade-all", "master", "metrics-bind-address", "metrics-port",
+	"nodeport-addresses", "oom-score-adj", "pod-bridge-interface",
+	"pod-interface-name-prefix", "profiling", "proxy-mode",
+	"show-hidden-metrics-for-version", "v", "version", "vmodule", "write-config-to",
+}
+
+func TestHelpListsEveryUpstreamFlag(t *testing.T) {
+	code, out, errOut := run(t, "--help")
+	if code != 0 {
+		t.Fatalf("--help exited %d: %s", code, errOut)
+	}
+	for _, f := range upstreamFlags {
+		if f == "healthz-port" || f == "metrics-port" {
+			continue // deprecated flags are hidden from --help, as upstream
+		}
+		if !strings.Contains(out, "--"+f+" ") && !strings.Contains(out, "--"+f+"\n") {
+			t.Errorf("--help does not list --%s", f)
+		}
+	}
+	for _, want := range []string{"-v, --v Level", "PreferSameTrafficDistribution=true|false (BETA - default=true)", "--ipvs-scheduler string", "--healthz-bind-address ipport", "--proxy-mode ProxyMode"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("--help does not contain %q", want)
+		}
+	}
+	// Every flag, including deprecated ones, is registered and parses.
+	cmd := NewProxyCommand(nil, &bytes.Buffer{}, &bytes.Buffer{})
+	cmd.InitDefaultHelpFlag()
+	for _, f := range upstreamFlags {
+		if cmd.Flags().Lookup(f) == nil {
+			t.Errorf("flag --%s is not registered", f)
+		}
+	}
+}
+
+func writeFile(t *testing.T, name, content string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+const configHeader = "apiVersion: kubeproxy.config.k8s.io/v1alpha1\nkind: KubeProxyConfiguration\n"
+
+// TestBadInputExitsOneWithOneLine runs the command on every kind of bad input
+// and checks exit code 1, exactly one line on stderr, no stack trace, and the
+// message.
+func TestBadInputExitsOneWithOneLine(t *testing.T) {
+	badConfig := writeFile(t, "bad.yaml", configHeader+"ipvs:\n  scheduler: rr\n  schedular: wrr\n")
+	dupConfig := writeFile(t, "dup.yaml", configHeader+"mode: ipvs\nmode: ipvs\n")
+	modeConfig := writeFile(t, "mode.yaml", configHeader+"mode: nftables\n")
+	invalidInFile := writeFile(t, "invalid.yaml", configHeader+"iptables:\n  masqueradeBit: 99\n")
+	unreadable := filepath.Join(t.TempDir(), "dir.yaml")
+	if err := os.Mkdir(unreadable, 0o700); err != nil {
+		t.Fatal(err)
+	}
+
+	cases := []struct {
+		name string
+		args []string
+		want []string
+	}{
+		{"iptables mode", []string{"--proxy-mode=iptables"}, []string{`proxy mode "iptables" is not supported`, "ipvs mode only"}},
+		{"nftables mode", []string{"--proxy-mode", "nftables"}, []string{"ipvs mode only"}},
+		{"mode from file", []string{"--config", modeConfig}, []string{`"nftables"`, "ipvs mode only"}},
+		{"unknown scheduler", []string{"--ipvs-scheduler=fastest"}, []string{"ipvs.scheduler", `"fastest"`, `"mh"`}},
+		{"bad exclude cidr", []string{"--ipvs-exclude-cidrs=10.0.0.0/8,300.0.0.0/8"}, []string{"ipvs.excludeCIDRs[1]", "300.0.0.0/8"}},
+		{"bad cluster cidr", []string{"--cluster-cidr=10.244.0.0/33"}, []string{"clusterCIDR", "10.244.0.0/33"}},
+		{"two v4 cluster cidrs", []string{"--cluster-cidr=10.0.0.0/8,11.0.0.0/8"}, []string{"clusterCIDR", "one IPv4 and one IPv6"}},
+		{"bad nodeport address", []string{"--nodeport-addresses=10.0.0.0/8,eth0"}, []string{"nodePortAddresses[1]", "eth0"}},
+		{"masquerade bit 32", []string{"--iptables-masquerade-bit=32"}, []string{"iptables.masqueradeBit", "[0, 31]"}},
+		{"masquerade bit negative", []string{"--iptables-masquerade-bit=-1"}, []string{"iptables.masqueradeBit"}},
+		{"min sync above sync", []string{"--ipvs-sync-period=10s", "--ipvs-min-sync-period=1m"}, []string{"ipvs.minSyncPeriod", "ipvs.syncPeriod"}},
+		{"zero sync period", []string{"--ipvs-sync-period=0s"}, []string{"ipvs.syncPeriod", "greater than 0"}},
+		{"bad healthz address", []string{"--healthz-bind-address=localhost:10256"}, []string{"--healthz-bind-address", "ip or ip:port"}},
+		{"bad metrics port", []string{"--metrics-bind-address=127.0.0.1:99999"}, []string{"metricsBindAddress", "99999"}},
+		{"bad bind address", []string{"--bind-address=node-a"}, []string{"--bind-address", "not a valid IP"}},
+		{"negative ipvs timeout", []string{"--ipvs-tcpfin-timeout=-5s"}, []string{"ipvs.tcpFinTimeout"}},
+		{"negative conntrack timeout", []string{"--conntrack-udp-timeout=-1s"}, []string{"conntrack.udpTimeout"}},
+		{"negative conntrack max", []string{"--conntrack-max-per-core=-1"}, []string{"conntrack.maxPerCore"}},
+		{"oom score", []string{"--oom-score-adj=-1001"}, []string{"oomScoreAdj"}},
+		{"config sync period", []string{"--config-sync-period=0"}, []string{"configSyncPeriod"}},
+		{"bad detect-local-mode", []string{"--detect-local-mode=Magic"}, []string{"detectLocalMode", `"Magic"`}},
+		{"bridge mode without bridge", []string{"--detect-local-mode=BridgeInterface"}, []string{"detectLocal.bridgeInterface"}},
+		{"unknown feature gate", []string{"--feature-gates=NoSuchGate=true"}, []string{"feature gates", "NoSuchGate"}},
+		{"ipvs gate off", []string{"--feature-gates=KubeProxyIPVS=false"}, []string{"KubeProxyIPVS", "ipvs mode only"}},
+		{"hidden metrics version", []string{"--show-hidden-metrics-for-version=1.20"}, []string{"showHiddenMetricsForVersion"}},
+		{"logging format", []string{"--logging-format=xml"}, []string{"logging.format"}},
+		{"empty hostname override", []string{"--hostname-override=  "}, []string{"hostname-override"}},
+		{"missing config file", []string{"--config=/nonexistent/kube-proxy.yaml"}, []string{"/nonexistent/kube-proxy.yaml"}},
+		{"unreadable config file", []string{"--config", unreadable}, []string{unreadable}},
+		{"unknown config field", []string{"--config", badConfig}, []string{badConfig, `unknown field "ipvs.schedular"`}},
+		{"duplicate config field", []string{"--config", dupConfig}, []string{dupConfig, `"mode"`}},
+		{"invalid value in file", []string{"--config", invalidInFile}, []string{invalidInFile, "iptables.masqueradeBit"}},
+		{"unknown flag", []string{"--proxy-mod=ipvs"}, []string{"unknown flag: --proxy-mod"}},
+		{"bad duration", []string{"--ipvs-sync-period=soon"}, []string{"--ipvs-sync-period"}},
+		{"positional argument", []string{"ipvs"}, []string{"does not take any arguments"}},
+		{"bad --version value", []string{"--version=latest"}, []string{"--version"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			code, _, errOut := run(t, tc.args...)
+			if code != 1 {
+				t.Errorf("exit code %d, want 1 (stderr %q)", code, errOut)
+			}
+			lines := strings.Split(strings.TrimRight(errOut, "\n"), "\n")
+			if len(lines) != 1 || !strings.HasPrefix(lines[0], "kube-proxy: ") {
+				t.Errorf("stderr is not one 'kube-proxy: ...' line: %q", errOut)
+			}
+			if strings.Contains(errOut, "goroutine ") || strings.Contains(errOut, "panic") {
+				t.Errorf("stderr has a stack trace: %q", errOut)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(errOut, w) {
+					t.Errorf("stderr %q does not contain %q", errOut, w)
+				}
+			}
+		})
+	}
+}
+
+func writeConfig(t *testing.T, args ...string) *v1alpha1.KubeProxyConfiguration {
+	t.Helper()
+	out := filepath.Join(t.TempDir(), "written.yaml")
+	code, stdout, stderr := run(t, append(args, "--write-config-to", out)...)
+	if code != 0 {
+		t.Fatalf("%v: exit %d: %s", args, code, stderr)
+	}
+	if !strings.Contains(stdout, out) {
+		t.Errorf("stdout %q does not name %s", stdout, out)
+	}
+	cfg, err := proxyconfigapi.LoadFile(out)
+	if err != nil {
+		t.Fatalf("the written config does not load: %v", err)
+	}
+	return cfg
+}
+
+func TestWriteConfigRoundTrips(t *testing.T) {
+	for name, args := range map[string][]string{
+		"defaults":   nil,
+		"flags":      {"--proxy-mode=ipvs", "--ipvs-scheduler=mh", "--ipvs-exclude-cidrs=10.1.0.0/16,fd00:1::/64", "--cluster-cidr=10.244.0.0/16,fd00:244::/56", "--nodeport-addresses=primary", "--masquerade-all", "--v=3", "--feature-gates=AllBeta=false", "--conntrack-udp-timeout=30s"},
+		"all fields": {"--config", filepath.Join("..", "..", "..", "pkg", "proxy", "apis", "config", "testdata", "all-fields.yaml")},
+	} {
+		t.Run(name, func(t *testing.T) {
+			first := writeConfig(t, args...)
+			tmp := filepath.Join(t.TempDir(), "first.yaml")
+			if err := proxyconfigapi.WriteFile(tmp, first); err != nil {
+				t.Fatal(err)
+			}
+			second := writeConfig(t, "--config", tmp)
+			if diff := cmp.Diff(first, second); diff != "" {
+				t.Errorf("--write-config-to output changed after going through --config (-first +second):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestDefaultsWithoutConfig(t *testing.T) {
+	got := writeConfig(t)
+	if diff := cmp.Diff(proxyconfigapi.NewDefaultConfiguration(), got); diff != "" {
+		t.Errorf("flags' defaults differ from the v1alpha1 defaults (-want +got):\n%s", diff)
+	}
+}
+
+func TestFlagsOverrideConfigFile(t *testing.T) {
+	file := writeFile(t, "kube-proxy.yaml", configHeader+`mode: ipvs
+ipvs:
+  scheduler: wrr
+  syncPeriod: 20s
+  excludeCIDRs: [10.9.0.0/16]
+iptables:
+  masqueradeBit: 15
+hostnameOverride: From-File
+metricsBindAddress: 0.0.0.0:10249
+logging:
+  verbosity: 2
+`)
+	got := writeConfig(t, "--config", file, "--ipvs-scheduler=lc", "--ipvs-exclude-cidrs=10.8.0.0/16,10.7.0.0/16", "--hostname-override=Node-B", "--v=4")
+	checks := []struct {
+		name      string
+		got, want any
+	}{
+		{"flag wins: scheduler", got.IPVS.Scheduler, "lc"},
+		{"flag wins: excludeCIDRs replaced, not appended", got.IPVS.ExcludeCIDRs, []string{"10.8.0.0/16", "10.7.0.0/16"}},
+		{"flag wins: hostname lowercased", got.HostnameOverride, "node-b"},
+		{"flag wins: verbosity", int(got.Logging.Verbosity), 4},
+		{"file kept: syncPeriod", got.IPVS.SyncPeriod.Duration.String(), "20s"},
+		{"file kept: masqueradeBit", *got.IPTables.MasqueradeBit, int32(15)},
+		{"file kept: metricsBindAddress", got.MetricsBindAddress, "0.0.0.0:10249"},
+		{"file defaulted: healthz", got.HealthzBindAddress, "0.0.0.0:10256"},
+	}
+	for _, c := range checks {
+		if diff := cmp.Diff(c.want, c.got); diff != "" {
+			t.Errorf("%s (-want +got):\n%s", c.name, diff)
+		}
+	}
+}
+
+// writtenYAML runs --write-config-to and returns the file as text (loading it
+// back would re-default the addresses that flags disabled).
+func writtenYAML(t *testing.T, args ...string) string {
+	t.Helper()
+	out := filepath.Join(t.TempDir(), "written.yaml")
+	if code, _, stderr := run(t, append(args, "--write-config-to", out)...); code != 0 {
+		t.Fatalf("%v: exit %d: %s", args, code, stderr)
+	}
+	data, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(data)
+}
+
+func TestDeprecatedPortFlags(t *testing.T) {
+	if y := writtenYAML(t, "--healthz-port=0"); !strings.Contains(y, "healthzBindAddress: \"\"\n") {
+		t.Errorf("--healthz-port=0 should disable healthz:\n%s", y)
+	}
+	got := writeConfig(t, "--metrics-port=12345", "--metrics-bind-address=127.0.0.2")
+	if got.MetricsBindAddress != "127.0.0.2:12345" {
+		t.Errorf("--metrics-port=12345: metricsBindAddress %q, want 127.0.0.2:12345", got.MetricsBindAddress)
+	}
+	var stderr bytes.Buffer
+	Execute([]string{"--healthz-port=1", "--write-config-to", filepath.Join(t.TempDir(), "x")}, &bytes.Buffer{}, &stderr)
+	if !strings.Contains(stderr.String(), "Flag --healthz-port has been deprecated") || !strings.Contains(stderr.String(), "--healthz-bind-address") {
+		t.Errorf("no upstream deprecation message: %q", stderr.String())
+	}
+	if n := strings.Count(stderr.String(), "Flag --healthz-port has been deprecated"); n != 1 {
+		t.Errorf("deprecation printed %d times: %q", n, stderr.String())
+	}
+}
+
+func TestBareIPBindAddressesGetPorts(t *testing.T) {
+	got := writeConfig(t, "--healthz-bind-address=::", "--metrics-bind-address=0.0.0.0")
+	if got.HealthzBindAddress != "[::]:10256" || got.MetricsBindAddress != "0.0.0.0:10249" {
+		t.Errorf("healthz %q metrics %q", got.HealthzBindAddress, got.MetricsBindAddress)
+	}
+	if y := writtenYAML(t, "--metrics-bind-address="); !strings.Contains(y, "metricsBindAddress: \"\"\n") {
+		t.Errorf("--metrics-bind-address= should disable metrics:\n%s", y)
+	}
+}
+
+func TestVersion(t *testing.T) {
+	code, out, _ := run(t, "--version")
+	if code != 0 || !strings.Contains(out, "kube-proxy v1.37.2") {
+		t.Errorf("--version: exit %d, %q", code, out)
+	}
+	code, out, _ = run(t, "--version=raw")
+	if code != 0 || !strings.Contains(out, "version.Info") {
+		t.Errorf("--version=raw: exit %d, %q", code, out)
+	}
+}
+
+func TestCleanupAndProxierPlaceholders(t *testing.T) {
+	// Until the lead wires them in, --cleanup reports clearly and exits 1.
+	code, _, errOut := run(t, "--cleanup")
+	if code != 1 || !strings.Contains(errOut, "cleanup") {
+		t.Errorf("--cleanup: exit %d, %q", code, errOut)
+	}
+}
