@@ -133,3 +133,16 @@ func toRealServer(d *libipvs.Destination) *RealServer {
 		InactiveConn: d.InactiveConnections,
 	}
 }
+
+// checkSameFamily rejects a real server of the other address family than its
+// virtual server. The kernel would need IPVS_DEST_ATTR_ADDR_FAMILY to tell (and
+// then refuses mixed families for masquerading with EINVAL), but moby/ipvs never
+// sends that attribute: the kernel then reads the address in the service's family
+// and stores a garbled destination (fd01::1 becomes 253.1.0.0). So the check is
+// made here, with the errno the kernel would give.
+func checkSameFamily(vs *VirtualServer, rs *RealServer) error {
+	if (vs.Address.To4() == nil) != (rs.Address.To4() == nil) {
+		return fmt.Errorf("real server %s is not in the address family of %s: %w", rs, vs, syscall.EINVAL)
+	}
+	return nil
+}

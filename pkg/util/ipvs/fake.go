@@ -262,16 +262,16 @@ func (f *Fake) realServerOp(ctx context.Context, op, verb, preposition string, v
 	fail := func(err error) error {
 		return errorf(err, "%s real server %s %s %s", verb, rs, preposition, vs)
 	}
+	// Checked before any round trip, as Client does.
+	if err := checkSameFamily(vs, rs); err != nil {
+		return fail(err)
+	}
 	if err := f.begin(ctx, op); err != nil {
 		return fail(err)
 	}
 	svc, ok := f.services[vs.Key()]
 	if !ok {
 		return fail(syscall.ESRCH)
-	}
-	// Masquerading needs the real server in the virtual server's family.
-	if (vs.Address.To4() == nil) != (rs.Address.To4() == nil) {
-		return fail(syscall.EINVAL)
 	}
 	if err := apply(svc); err != nil {
 		return fail(err)

@@ -277,3 +277,12 @@ func TestFakeTimeouts(t *testing.T) {
 		t.Errorf("all-zero ConfigureTimeouts should be a no-op without a round trip: %v %v", err, f.Ops())
 	}
 }
+
+func TestFakeVirtualServerContract(t *testing.T) { checkVirtualServerContract(t, NewFake()) }
+
+func TestFakeRealServerContract(t *testing.T) { checkRealServerContract(t, NewFake()) }
+
+func TestFakeTimeoutContract(t *testing.T) {
+	f := NewFake()
+	checkTimeoutContract(t, f, f.Timeouts)
+}

@@ -179,11 +179,15 @@ func (c *Client) destinationOp(ctx context.Context, verb string, vs *VirtualServ
 	if err != nil {
 		return fmt.Errorf("%s real server of %s: %w", verb, vs, err)
 	}
-	if err := c.do(ctx, func(h *libipvs.Handle) error { return op(h, svc, dst) }); err != nil {
-		preposition := "of"
-		if verb == "adding" {
-			preposition = "to"
-		}
+	preposition := "of"
+	if verb == "adding" {
+		preposition = "to"
+	}
+	err = checkSameFamily(vs, rs)
+	if err == nil {
+		err = c.do(ctx, func(h *libipvs.Handle) error { return op(h, svc, dst) })
+	}
+	if err != nil {
 		return errorf(err, "%s real server %s %s %s", verb, rs, preposition, vs)
 	}
 	return nil

@@ -1,0 +1,187 @@
+package ipvs
+
+// Test addresses: 10.0.0.0/24 and fd00::/64 virtual servers, 10.1.0.0/24 and
+// fd01::/64 real servers.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"slices"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+// errKind classifies an error the way the proxier does.
+func errKind(err error) string {
+	switch {
+	case err == nil:
+		return "ok"
+	case IsExists(err):
+		return "exists"
+	case IsNotFound(err):
+		return "notfound"
+	case errors.Is(err, syscall.EINVAL):
+		return "einval"
+	}
+	return "other: " + err.Error()
+}
+
+func expectKind(t *testing.T, what string, err error, want string) {
+	t.Helper()
+	if got := errKind(err); got != want {
+		t.Errorf("%s: got %s, want %s", what, got, want)
+	}
+}
+
+// checkVirtualServerContract runs one scenario over every protocol and family
+// against an empty Interface: the Fake on the host, the kernel in the VM, so the
+// Fake's answers are checked against the kernel's.
+func checkVirtualServerContract(t *testing.T, h Interface) {
+	t.Helper()
+	ctx := context.Background()
+	var all []string
+	for _, proto := range []string{TCP, UDP, SCTP} {
+		for _, addr := range []string{"10.0.0.1", "fd00::1"} {
+			vs := &VirtualServer{Address: net.ParseIP(addr), Protocol: proto, Port: 80, Scheduler: "rr"}
+			name := vs.Key()
+			all = append(all, name)
+			expectKind(t, "add "+name, h.AddVirtualServer(ctx, vs), "ok")
+			expectKind(t, "add again "+name, h.AddVirtualServer(ctx, vs), "exists")
+			got, err := h.GetVirtualServer(ctx, vs)
+			if err != nil {
+				t.Fatalf("get %s: %v", name, err)
+			}
+			if !got.Equal(vs) || got.Flags&FlagHashed == 0 {
+				t.Errorf("get %s = %+v, want %+v with the hashed flag", name, got, vs)
+			}
+			upd := *vs
+			upd.Scheduler, upd.Flags, upd.Timeout = "wrr", FlagPersistent, 10800
+			expectKind(t, "update "+name, h.UpdateVirtualServer(ctx, &upd), "ok")
+			if got, err = h.GetVirtualServer(ctx, vs); err != nil || !got.Equal(&upd) {
+				t.Errorf("get after update %s = %+v, %v; want %+v", name, got, err, upd)
+			}
+		}
+	}
+	list, err := h.GetVirtualServers(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var keys []string
+	for _, vs := range list {
+		keys = append(keys, vs.Key())
+		if vs.Scheduler != "wrr" || vs.Flags != FlagPersistent|FlagHashed || vs.Timeout != 10800 {
+			t.Errorf("listed %+v, want wrr persistent 10800", vs)
+		}
+	}
+	if diff := cmp.Diff(sortedStrings(all), sortedStrings(keys)); diff != "" {
+		t.Errorf("GetVirtualServers (-want +got):\n%s", diff)
+	}
+
+	vs := &VirtualServer{Address: net.ParseIP("10.0.0.1"), Protocol: TCP, Port: 80, Scheduler: "rr"}
+	expectKind(t, "delete", h.DeleteVirtualServer(ctx, vs), "ok")
+	expectKind(t, "delete again", h.DeleteVirtualServer(ctx, vs), "notfound")
+	_, err = h.GetVirtualServer(ctx, vs)
+	expectKind(t, "get deleted", err, "notfound")
+	expectKind(t, "update deleted", h.UpdateVirtualServer(ctx, vs), "notfound")
+	other := &VirtualServer{Address: net.ParseIP("10.0.0.1"), Protocol: TCP, Port: 81, Scheduler: "nosuchsched"}
+	expectKind(t, "unknown scheduler", h.AddVirtualServer(ctx, other), "notfound")
+
+	// mh with both source-hash flags (what kube-proxy sets for scheduler mh).
+	mh := &VirtualServer{Address: net.ParseIP("10.0.0.2"), Protocol: UDP, Port: 53, Scheduler: "mh", Flags: FlagSchedSH1 | FlagSchedSH2}
+	expectKind(t, "add mh", h.AddVirtualServer(ctx, mh), "ok")
+	if got, err := h.GetVirtualServer(ctx, mh); err != nil || !got.Equal(mh) {
+		t.Errorf("get mh = %+v, %v; want %+v", got, err, mh)
+	}
+
+	expectKind(t, "flush", h.Flush(ctx), "ok")
+	if list, err := h.GetVirtualServers(ctx); err != nil || len(list) != 0 {
+		t.Errorf("after flush: %v, %v", list, err)
+	}
+}
+
+// checkRealServerContract: real server semantics against an empty Interface.
+func checkRealServerContract(t *testing.T, h Interface) {
+	t.Helper()
+	ctx := context.Background()
+	for _, fam := range []struct{ vip, rip, otherFamily string }{
+		{"10.0.0.1", "10.1.0.", "fd01::1"},
+		{"fd00::1", "fd01::", "10.1.0.1"},
+	} {
+		vs := &VirtualServer{Address: net.ParseIP(fam.vip), Protocol: TCP, Port: 80, Scheduler: "rr"}
+		rs1 := &RealServer{Address: net.ParseIP(fam.rip + "1"), Port: 8080, Weight: 1}
+		rs2 := &RealServer{Address: net.ParseIP(fam.rip + "2"), Port: 8080, Weight: 1}
+		expectKind(t, "add rs to missing vs", h.AddRealServer(ctx, vs, rs1), "notfound")
+		expectKind(t, "update rs of missing vs", h.UpdateRealServer(ctx, vs, rs1), "notfound")
+		expectKind(t, "delete rs of missing vs", h.DeleteRealServer(ctx, vs, rs1), "notfound")
+		rss, err := h.GetRealServers(ctx, vs)
+		if err != nil || len(rss) != 0 {
+			t.Errorf("real servers of a missing vs = %v, %v; want empty, nil", rss, err)
+		}
+
+		expectKind(t, "add vs", h.AddVirtualServer(ctx, vs), "ok")
+		expectKind(t, "add rs1", h.AddRealServer(ctx, vs, rs1), "ok")
+		expectKind(t, "add rs2", h.AddRealServer(ctx, vs, rs2), "ok")
+		expectKind(t, "add rs1 again", h.AddRealServer(ctx, vs, rs1), "exists")
+		expectKind(t, "rs of the other family", h.AddRealServer(ctx, vs, &RealServer{Address: net.ParseIP(fam.otherFamily), Port: 80, Weight: 1}), "einval")
+		expectKind(t, "update missing rs", h.UpdateRealServer(ctx, vs, &RealServer{Address: rs1.Address, Port: 9999, Weight: 1}), "notfound")
+		expectKind(t, "weight 0", h.UpdateRealServer(ctx, vs, &RealServer{Address: rs2.Address, Port: 8080, Weight: 0}), "ok")
+		rss, err = h.GetRealServers(ctx, vs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := map[string]string{}
+		for _, rs := range rss {
+			got[rs.Key()] = fmt.Sprintf("w=%d a=%d i=%d", rs.Weight, rs.ActiveConn, rs.InactiveConn)
+		}
+		want := map[string]string{rs1.Key(): "w=1 a=0 i=0", rs2.Key(): "w=0 a=0 i=0"}
+		if diff := cmp.Diff(want, got); diff != "" {
+			t.Errorf("real servers of %s (-want +got):\n%s", vs, diff)
+		}
+		expectKind(t, "delete rs1", h.DeleteRealServer(ctx, vs, rs1), "ok")
+		expectKind(t, "delete rs1 again", h.DeleteRealServer(ctx, vs, rs1), "notfound")
+		if rss, err = h.GetRealServers(ctx, vs); err != nil || len(rss) != 1 || rss[0].Key() != rs2.Key() {
+			t.Errorf("after delete: %v, %v", rss, err)
+		}
+		// Deleting the virtual server takes its real servers with it.
+		expectKind(t, "delete vs", h.DeleteVirtualServer(ctx, vs), "ok")
+		expectKind(t, "re-add vs", h.AddVirtualServer(ctx, vs), "ok")
+		if rss, err = h.GetRealServers(ctx, vs); err != nil || len(rss) != 0 {
+			t.Errorf("re-added vs has real servers %v, %v", rss, err)
+		}
+		expectKind(t, "cleanup", h.DeleteVirtualServer(ctx, vs), "ok")
+	}
+}
+
+// checkTimeoutContract: 0 keeps a timeout, others are set. read returns the
+// current tcp, tcpfin, udp timeouts.
+func checkTimeoutContract(t *testing.T, h Interface, read func() (time.Duration, time.Duration, time.Duration)) {
+	t.Helper()
+	ctx := context.Background()
+	tcp0, fin0, udp0 := read()
+	if err := h.ConfigureTimeouts(ctx, 0, 30*time.Second, 0); err != nil {
+		t.Fatal(err)
+	}
+	if tcp, fin, udp := read(); tcp != tcp0 || fin != 30*time.Second || udp != udp0 {
+		t.Errorf("after (0, 30s, 0): %v %v %v; want %v 30s %v", tcp, fin, udp, tcp0, udp0)
+	}
+	if err := h.ConfigureTimeouts(ctx, 2*time.Hour, 0, 1500*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	if tcp, fin, udp := read(); tcp != 2*time.Hour || fin != 30*time.Second || udp != 2*time.Second {
+		t.Errorf("after (2h, 0, 1.5s): %v %v %v; want 2h 30s 2s", tcp, fin, udp)
+	}
+	if err := h.ConfigureTimeouts(ctx, tcp0, fin0, udp0); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func sortedStrings(s []string) []string {
+	out := slices.Clone(s)
+	slices.Sort(out)
+	return out
+}

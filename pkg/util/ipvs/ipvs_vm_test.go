@@ -1,0 +1,169 @@
+//go:build vmtest
+
+package ipvs
+
+// Real-kernel IPVS tests: the development host has no IPVS, so these are built
+// with -tags vmtest and run as root inside the test VM (hack/vmtest.sh). Each runs
+// in a fresh network namespace (IPVS tables are per namespace).
+//
+// Test addresses: 10.0.0.0/24 and fd00::/64 virtual servers, 10.1.0.0/24 and
+// fd01::/64 real servers, 10.96.0.1 / 10.244.0.9 for the traffic test.
+
+import (
+	"context"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/testing/netns"
+	libipvs "github.com/moby/ipvs"
+	vnl "github.com/vishvananda/netlink"
+)
+
+func newVMClient(t *testing.T) *Client {
+	t.Helper()
+	c, err := New("")
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	t.Cleanup(c.Close)
+	return c
+}
+
+func TestVMVirtualServerContract(t *testing.T) {
+	netns.Run(t, func(t *testing.T) { checkVirtualServerContract(t, newVMClient(t)) })
+}
+
+func TestVMRealServerContract(t *testing.T) {
+	netns.Run(t, func(t *testing.T) { checkRealServerContract(t, newVMClient(t)) })
+}
+
+func TestVMTimeoutContract(t *testing.T) {
+	netns.Run(t, func(t *testing.T) {
+		c := newVMClient(t)
+		read := func() (time.Duration, time.Duration, time.Duration) {
+			c.mu.Lock()
+			defer c.mu.Unlock()
+			cfg, err := getConfig(c.handle)
+			if err != nil {
+				t.Fatalf("GetConfig: %v", err)
+			}
+			return cfg.TimeoutTCP, cfg.TimeoutTCPFin, cfg.TimeoutUDP
+		}
+		tcp, fin, udp := read()
+		t.Logf("kernel default timeouts: tcp %v tcpfin %v udp %v", tcp, fin, udp)
+		if tcp != defaultTCPTimeout || fin != defaultTCPFinTimeout || udp != defaultUDPTimeout {
+			t.Errorf("the Fake's defaults (%v %v %v) differ from the kernel's", defaultTCPTimeout, defaultTCPFinTimeout, defaultUDPTimeout)
+		}
+		checkTimeoutContract(t, c, read)
+	})
+}
+
+// TestVMConnectionCounters sends real traffic through a NAT virtual server and
+// reads the kernel's connection counters back through GetRealServers.
+func TestVMConnectionCounters(t *testing.T) {
+	netns.Run(t, func(t *testing.T) {
+		// The VIP and a local "endpoint" address on a dummy link, the endpoint
+		// listening: node -> VIP:80 -> IPVS NAT -> 10.244.0.9:8080 (local).
+		dummy := &vnl.Dummy{LinkAttrs: vnl.LinkAttrs{Name: "kpv-dummy0"}}
+		if err := vnl.LinkAdd(dummy); err != nil {
+			t.Fatal(err)
+		}
+		if err := vnl.LinkSetUp(dummy); err != nil {
+			t.Fatal(err)
+		}
+		for _, a := range []string{"10.96.0.1/32", "10.244.0.9/32"} {
+			addr, _ := vnl.ParseAddr(a)
+			if err := vnl.AddrAdd(dummy, addr); err != nil {
+				t.Fatal(err)
+			}
+		}
+		ln, err := net.Listen("tcp", "10.244.0.9:8080")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ln.Close()
+		go func() {
+			for {
+				conn, err := ln.Accept()
+				if err != nil {
+					return
+				}
+				defer conn.Close()
+			}
+		}()
+
+		ctx := context.Background()
+		c := newVMClient(t)
+		vs := &VirtualServer{Address: net.ParseIP("10.96.0.1"), Protocol: TCP, Port: 80, Scheduler: "rr"}
+		rs := &RealServer{Address: net.ParseIP("10.244.0.9"), Port: 8080, Weight: 1}
+		if err := c.AddVirtualServer(ctx, vs); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.AddRealServer(ctx, vs, rs); err != nil {
+			t.Fatal(err)
+		}
+		conn, err := net.DialTimeout("tcp", "10.96.0.1:80", 10*time.Second)
+		if err != nil {
+			t.Fatalf("connecting through IPVS: %v", err)
+		}
+		rss, err := c.GetRealServers(ctx, vs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(rss) != 1 || rss[0].ActiveConn != 1 {
+			t.Fatalf("with one open connection: %+v, want ActiveConn 1", rss)
+		}
+		conn.Close()
+		// After the close the entry leaves ESTABLISHED: no longer active, inactive
+		// until it expires (TIME_WAIT/CLOSE in IPVS terms).
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			rss, err = c.GetRealServers(ctx, vs)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if rss[0].ActiveConn == 0 && rss[0].InactiveConn == 1 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("after close: %+v, want ActiveConn 0 InactiveConn 1", rss[0])
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		// A weight-0 update keeps the counters (graceful termination relies on it).
+		if err := c.UpdateRealServer(ctx, vs, &RealServer{Address: rs.Address, Port: rs.Port, Weight: 0}); err != nil {
+			t.Fatal(err)
+		}
+		rss, err = c.GetRealServers(ctx, vs)
+		if err != nil || rss[0].Weight != 0 || rss[0].InactiveConn != 1 {
+			t.Errorf("after weight 0: %+v, %v; want weight 0 InactiveConn 1", rss, err)
+		}
+	})
+}
+
+// TestVMForeignServicesIgnored checks that a firewall-mark service made by another
+// tool is left out of GetVirtualServers rather than failing the listing.
+func TestVMForeignServicesIgnored(t *testing.T) {
+	netns.Run(t, func(t *testing.T) {
+		c := newVMClient(t)
+		c.mu.Lock()
+		err := c.handle.NewService(&libipvs.Service{FWMark: 7, SchedName: "rr", AddressFamily: 2, Netmask: 0xffffffff})
+		c.mu.Unlock()
+		if err != nil {
+			t.Fatalf("creating a fwmark service: %v", err)
+		}
+		ctx := context.Background()
+		vs := &VirtualServer{Address: net.ParseIP("10.0.0.1"), Protocol: UDP, Port: 53, Scheduler: "rr"}
+		if err := c.AddVirtualServer(ctx, vs); err != nil {
+			t.Fatal(err)
+		}
+		list, err := c.GetVirtualServers(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(list) != 1 || list[0].Key() != vs.Key() {
+			t.Errorf("GetVirtualServers = %v, want only %s", list, vs)
+		}
+	})
+}
