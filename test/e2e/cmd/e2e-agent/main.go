@@ -1,0 +1,37 @@
+// Command e2e-agent is the single static binary the end-to-end tests put in
+// the VM. It has three roles:
+//
+//	e2e-agent agent --connect 10.0.2.101:7000
+//	    control channel: dials the host and runs its requests (see agentproto);
+//	e2e-agent serve --name pod-a --port 8080
+//	    a test "pod": answers "NAME from=CLIENT" over TCP and UDP on the port;
+//	e2e-agent client --proto tcp --addr 10.96.0.10:80 --count 6
+//	    connects COUNT times and prints one answer (or ERROR line) per attempt.
+package main
+
+import (
+	"fmt"
+	"os"
+)
+
+func main() {
+	if len(os.Args) < 2 {
+		fmt.Fprintln(os.Stderr, "usage: e2e-agent agent|serve|client [flags]")
+		os.Exit(2)
+	}
+	var err error
+	switch os.Args[1] {
+	case "agent":
+		err = runAgent(os.Args[2:])
+	case "serve":
+		err = runServe(os.Args[2:])
+	case "client":
+		err = runClient(os.Args[2:])
+	default:
+		err = fmt.Errorf("unknown role %q", os.Args[1])
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "e2e-agent:", err)
+		os.Exit(1)
+	}
+}
