@@ -105,18 +105,22 @@ func kindForExit(code int) error {
 // "line N: ..." (iptables 1.8).
 func failingLine(stderr string) int {
 	for _, marker := range []string{"Error occurred at line: ", "line "} {
-		for rest := stderr; ; {
-			i := strings.Index(rest, marker)
+		for off := 0; ; {
+			i := strings.Index(stderr[off:], marker)
 			if i < 0 {
 				break
 			}
-			rest = rest[i+len(marker):]
-			n, j := 0, 0
-			for j < len(rest) && rest[j] >= '0' && rest[j] <= '9' {
-				n = n*10 + int(rest[j]-'0')
+			start := off + i
+			off = start + len(marker)
+			if start > 0 && stderr[start-1] != ' ' && stderr[start-1] != '\n' {
+				continue // "headline 12"
+			}
+			n, j := 0, off
+			for j < len(stderr) && stderr[j] >= '0' && stderr[j] <= '9' {
+				n = n*10 + int(stderr[j]-'0')
 				j++
 			}
-			if j > 0 && (j == len(rest) || rest[j] == ' ' || rest[j] == ':' || rest[j] == '\n') {
+			if j > off && (j == len(stderr) || stderr[j] == ' ' || stderr[j] == ':' || stderr[j] == '\n') {
 				return n
 			}
 		}

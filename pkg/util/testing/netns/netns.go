@@ -241,6 +241,10 @@ func prepareChild() error {
 	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
 		return fmt.Errorf("making mounts private: %w", err)
 	}
+	// A minimal initramfs (the test VM) may have no /run.
+	if err := os.MkdirAll("/run", 0o755); err != nil {
+		return fmt.Errorf("creating /run: %w", err)
+	}
 	if err := unix.Mount("tmpfs", "/run", "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=0755"); err != nil {
 		return fmt.Errorf("mounting a private tmpfs on /run: %w", err)
 	}
