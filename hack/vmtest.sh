@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# Builds the real-kernel tests of the kernel layers as static test binaries
+# (build tag vmtest) and runs them all, as root, in one boot of the e2e VM
+# (test/e2e/vm/run-in-vm.sh: Debian's kernel with IPVS and the dummy link type,
+# which the development host lacks). Every package's whole test suite runs there,
+# its host-level tests included, against that kernel.
+#
+#   hack/vmtest.sh [-run REGEXP] [PACKAGE...]
+#
+# PACKAGE defaults to the kernel layers: ./pkg/util/ipvs ./pkg/util/netlink
+# ./pkg/util/conntrack ./pkg/util/sysctl. Binaries go to _output/vmtest/.
+# Exit status: non-zero when any test binary fails (or the VM does).
+set -euo pipefail
+
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+run=
+if [[ ${1:-} == -run ]]; then
+	run=$2
+	shift 2
+fi
+pkgs=("$@")
+((${#pkgs[@]})) || pkgs=(./pkg/util/ipvs ./pkg/util/netlink ./pkg/util/conntrack ./pkg/util/sysctl)
+
+out=_output/vmtest
+mkdir -p "$out"
+files=()
+names=()
+for p in "${pkgs[@]}"; do
+	name=$(basename "$p").test
+	echo "vmtest: building $p" >&2
+	CGO_ENABLED=0 go test -c -tags vmtest -o "$out/$name" "$p"
+	files+=("$PWD/$out/$name=/kpi/bin/$name")
+	names+=("$name")
+done
+
+# The VM runs one program: this runner, which runs every binary and reports.
+runner=$out/run-vmtests.sh
+{
+	echo '#!/bin/bash'
+	echo 'rc=0'
+	for n in "${names[@]}"; do
+		printf 'echo "=== vmtest: %s"\n' "$n"
+		printf 'if /kpi/bin/%q -test.v -test.count=1' "$n"
+		[[ -n $run ]] && printf ' -test.run %q' "$run"
+		printf '; then echo "=== vmtest: %s PASS"; else echo "=== vmtest: %s FAIL"; rc=1; fi\n' "$n" "$n"
+	done
+	echo 'exit $rc'
+} >"$runner"
+chmod +x "$runner"
+
+KPI_VM_FILES="${files[*]}${KPI_VM_FILES:+ $KPI_VM_FILES}" exec test/e2e/vm/run-in-vm.sh "$runner"
