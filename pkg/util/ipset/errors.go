@@ -25,7 +25,7 @@ var (
 
 // reasonTable maps the start of libipset's message (after "ipset vX: " and
 // "Error in line N: ") to the error kind. Row texts are copied from ipset 7.x output
-// observed on Linux 6.1.
+// observed on Linux 6.18.
 var reasonTable = []struct {
 	prefix string
 	kind   error

@@ -9,7 +9,7 @@ import (
 	"sync"
 )
 
-// Fake is an in-memory ipset that behaves like `ipset restore -exist` on Linux 6.1
+// Fake is an in-memory ipset that behaves like `ipset restore -exist` on Linux 6.18
 // with ipset 7.x, as observed on the real kernel:
 //
 //   - Apply validates the batch exactly like the real Apply (nothing runs if that
@@ -299,7 +299,7 @@ func (f *Fake) checkRange(i int, o op, s *fakeSet) error {
 
 // sameForCreate is the kernel's -exist test for create: same type and the
 // type-specific parameters it compares (maxelem for hash types, the range for
-// bitmap:port). Family and hashsize are not compared (seen on Linux 6.1).
+// bitmap:port). Family and hashsize are not compared (seen on Linux 6.18).
 func sameForCreate(cur, want *Set) bool {
 	if cur.Type != want.Type {
 		return false

@@ -6,7 +6,7 @@ import (
 )
 
 // Changing a set's type (or family) in place is impossible: the kernel refuses to
-// swap sets of different types ("their type does not match", checked on Linux 6.1)
+// swap sets of different types ("their type does not match", checked on Linux 6.18)
 // and refuses to destroy a set an iptables rule references. Upstream kube-proxy
 // therefore fails forever after an upgrade that changed a set type
 // (kubernetes#77265). The window-free recipe, driven by the caller because it
