@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	logsapi "k8s.io/component-base/logs/api/v1"
 	"k8s.io/kube-proxy/config/v1alpha1"
 
 	proxyconfigapi "github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/proxy/apis/config"
@@ -292,6 +293,14 @@ func TestVersion(t *testing.T) {
 }
 
 func TestCleanupAndProxierPlaceholders(t *testing.T) {
+	// The run path applies the logging configuration, which is once per process.
+	resetLogging := func() {
+		if err := logsapi.ResetForTest(newFeatureGate()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	resetLogging()
+	t.Cleanup(resetLogging)
 	// Until the lead wires them in, --cleanup reports clearly and exits 1.
 	code, _, errOut := run(t, "--cleanup")
 	if code != 1 || !strings.Contains(errOut, "cleanup") {

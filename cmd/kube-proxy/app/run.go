@@ -95,8 +95,12 @@ func (s *ProxyServer) Run(ctx context.Context) error {
 	go nodeConfig.Run(ctx.Done())
 	factory.Start(ctx.Done())
 	nodeFactory.Start(ctx.Done())
-	defer factory.Shutdown()
-	defer nodeFactory.Shutdown()
+	defer func() {
+		// Stop the informers first; Shutdown waits for their goroutines.
+		cancel()
+		factory.Shutdown()
+		nodeFactory.Shutdown()
+	}()
 
 	s.Recorder.Eventf(s.NodeRef, nil, v1.EventTypeNormal, "Starting", "StartKubeProxy", "Starting kube-proxy.")
 
