@@ -62,8 +62,12 @@ func TestIntegrationRestoreConformance(t *testing.T) {
 func TestIntegrationCommands(t *testing.T) {
 	netns.Run(t, func(t *testing.T) {
 		forEachMode(t, func(t *testing.T, mode Mode) {
-			resetKernel(t)
-			runCommandScenario(t, New(utilexec.New(), ProtocolIPv4, mode))
+			for _, proto := range []Protocol{ProtocolIPv4, ProtocolIPv6} {
+				t.Run(string(proto), func(t *testing.T) {
+					resetKernel(t)
+					runCommandScenario(t, New(utilexec.New(), proto, mode))
+				})
+			}
 		})
 	})
 }

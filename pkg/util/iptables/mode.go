@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"time"
 
 	utilexec "k8s.io/utils/exec"
 )
@@ -75,13 +76,17 @@ func DetectMode(ctx context.Context, exec utilexec.Interface) (Mode, error) {
 	count := func(mode Mode) saveStats {
 		var all bytes.Buffer
 		for _, base := range []string{"iptables", "ip6tables"} {
-			cmd := exec.CommandContext(ctx, base+"-"+string(mode)+"-save")
+			// A backend whose kernel side is broken can hang; the wrapper script
+			// upstream bounds it the same way.
+			cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			cmd := exec.CommandContext(cctx, base+"-"+string(mode)+"-save")
 			var out bytes.Buffer
 			cmd.SetStdout(&out)
 			cmd.SetStderr(&bytes.Buffer{})
 			if cmd.Run() == nil {
 				all.Write(out.Bytes())
 			}
+			cancel()
 		}
 		return statsOf(all.Bytes())
 	}
