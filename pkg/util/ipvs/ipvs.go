@@ -17,9 +17,10 @@ import (
 // connection table), so this package exposes no such operation. What the kernel
 // does offer, and what the proxier relies on:
 //   - net/ipv4/vs/expire_nodest_conn=1: the next packet of a connection whose
-//     destination was deleted expires the entry at once (with vs/conntrack=1 that
-//     packet is dropped, so the client retransmits and the retry is scheduled to a
-//     live real server) instead of black-holing until the entry times out;
+//     destination was deleted expires the entry at once instead of being dropped
+//     until the entry times out. That packet is itself dropped while a confirmed
+//     netfilter conntrack entry still holds the old NAT binding (always the case
+//     with vs/conntrack=1), and is rescheduled otherwise (kernel 5.9+);
 //   - the matching netfilter conntrack entries, which otherwise keep the old NAT
 //     binding for UDP, are deleted with pkg/util/conntrack.
 

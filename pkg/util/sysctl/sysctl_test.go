@@ -105,3 +105,29 @@ func TestIntegrationProcSys(t *testing.T) {
 		}
 	})
 }
+
+func TestEnsure(t *testing.T) {
+	f := NewFake(map[string]int{"net/ipv4/vs/conntrack": 1, "net/ipv4/vs/expire_nodest_conn": 0})
+	if changed, err := Ensure(f, "net/ipv4/vs/conntrack", 1); err != nil || changed {
+		t.Errorf("Ensure(already 1) = %v, %v; want false, nil", changed, err)
+	}
+	if changed, err := Ensure(f, "net/ipv4/vs/expire_nodest_conn", 1); err != nil || !changed {
+		t.Errorf("Ensure(0 -> 1) = %v, %v; want true, nil", changed, err)
+	}
+	if _, err := Ensure(f, "net/ipv4/vs/missing", 1); !IsNotFound(err) {
+		t.Errorf("Ensure(missing) = %v, want IsNotFound", err)
+	}
+	if f.Writes() != 1 {
+		t.Errorf("Writes = %d, want 1", f.Writes())
+	}
+	// A read-only file that already holds the value is fine.
+	root := t.TempDir()
+	path := filepath.Join(root, "net/ipv4/ip_forward")
+	writeFile(t, path, "1\n")
+	if err := os.Chmod(path, 0o444); err != nil {
+		t.Fatal(err)
+	}
+	if changed, err := Ensure(NewAt(root), "net/ipv4/ip_forward", 1); err != nil || changed {
+		t.Errorf("Ensure on a read-only file holding the value = %v, %v", changed, err)
+	}
+}
