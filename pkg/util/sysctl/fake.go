@@ -8,19 +8,22 @@ import (
 	"sync"
 )
 
-// Fake holds sysctls in memory. As in /proc/sys, only sysctls that exist can be
-// read or written: seed them with NewFake; others fail with IsNotFound.
+// Fake holds sysctls in memory. NewFake(nil) models a kernel where every sysctl
+// exists and reads 0 until written; NewFake(initial) one where exactly the given
+// sysctls exist, as in /proc/sys (for instance net/ipv4/vs/* is missing until
+// ip_vs is loaded), so reading or writing any other fails with IsNotFound.
 type Fake struct {
 	mu     sync.Mutex
 	values map[string]int
+	strict bool
 	writes int
 }
 
 var _ Interface = &Fake{}
 
-// NewFake returns a Fake holding the given sysctls.
+// NewFake returns a Fake; see Fake for what a nil initial means.
 func NewFake(initial map[string]int) *Fake {
-	f := &Fake{values: map[string]int{}}
+	f := &Fake{values: map[string]int{}, strict: initial != nil}
 	for k, v := range initial {
 		f.values[k] = v
 	}
@@ -31,7 +34,7 @@ func (f *Fake) GetSysctl(name string) (int, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	v, ok := f.values[name]
-	if !ok {
+	if !ok && f.strict {
 		return 0, fmt.Errorf("reading sysctl %s: %w", name, fs.ErrNotExist)
 	}
 	return v, nil
@@ -40,7 +43,7 @@ func (f *Fake) GetSysctl(name string) (int, error) {
 func (f *Fake) SetSysctl(name string, value int) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if _, ok := f.values[name]; !ok {
+	if _, ok := f.values[name]; !ok && f.strict {
 		return fmt.Errorf("writing sysctl %s=%d: %w", name, value, fs.ErrNotExist)
 	}
 	f.values[name] = value
@@ -55,7 +58,8 @@ func (f *Fake) Writes() int {
 	return f.writes
 }
 
-// Dump prints "name = value" lines sorted by name.
+// Dump prints "name = value" lines sorted by name, for the sysctls seeded or
+// written.
 func (f *Fake) Dump() string {
 	f.mu.Lock()
 	defer f.mu.Unlock()

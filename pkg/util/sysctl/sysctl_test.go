@@ -131,3 +131,20 @@ func TestEnsure(t *testing.T) {
 		t.Errorf("Ensure on a read-only file holding the value = %v, %v", changed, err)
 	}
 }
+
+func TestFakeNilMeansEverySysctlExists(t *testing.T) {
+	f := NewFake(nil)
+	if v, err := f.GetSysctl("net/ipv4/vs/conntrack"); err != nil || v != 0 {
+		t.Errorf("GetSysctl on NewFake(nil) = %d, %v; want 0, nil", v, err)
+	}
+	if err := f.SetSysctl("net/ipv4/vs/conntrack", 1); err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff("net/ipv4/vs/conntrack = 1\n", f.Dump()); diff != "" {
+		t.Errorf("Dump (-want +got):\n%s", diff)
+	}
+	// An empty, non-nil map is strict: nothing exists.
+	if _, err := NewFake(map[string]int{}).GetSysctl("net/ipv4/vs/conntrack"); !IsNotFound(err) {
+		t.Errorf("GetSysctl on NewFake(empty) = %v, want IsNotFound", err)
+	}
+}
