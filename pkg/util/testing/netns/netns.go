@@ -63,7 +63,7 @@ func Run(t *testing.T, body func(t *testing.T)) {
 		body(t)
 		return
 	}
-	runChild(t, []string{"-test.run", runPattern(t.Name()), "-test.bench", "^$"}, "--- ")
+	runChild(t, []string{"-test.run", runPattern(t.Name()), "-test.bench", "^$"}, true)
 }
 
 // RunBenchmark runs body inside a fresh network namespace. Outside one, it runs the
@@ -91,7 +91,7 @@ func RunBenchmark(b *testing.B, body func(b *testing.B)) {
 			args = append(args, "-"+name+"="+f.Value.String())
 		}
 	}
-	runChild(b, args, "")
+	runChild(b, args, false)
 	b.Skipf("%s ran in a private network namespace; its result is printed above", b.Name())
 }
 
@@ -120,10 +120,10 @@ func runPattern(name string) string {
 	return strings.Join(parts, "/")
 }
 
-// runChild re-executes the test binary in new namespaces. With a non-empty
-// resultPrefix (tests), output goes to the test log and the child's "--- PASS/SKIP"
-// verdict for this test is required; otherwise (benchmarks) output goes to stdout.
-func runChild(tb testing.TB, args []string, resultPrefix string) {
+// runChild re-executes the test binary in new namespaces. For a test, output goes
+// to the test log and the child's "--- PASS/SKIP" verdict for this test is
+// required; for a benchmark, output goes to stdout (where go test prints results).
+func runChild(tb testing.TB, args []string, isTest bool) {
 	tb.Helper()
 	parentNet, err := nsID("/proc/self/ns/net")
 	if err != nil {
@@ -168,7 +168,7 @@ func runChild(tb testing.TB, args []string, resultPrefix string) {
 	sc.Buffer(make([]byte, 64*1024), 4*1024*1024)
 	for sc.Scan() {
 		line := sc.Text()
-		if resultPrefix == "" {
+		if !isTest {
 			fmt.Println(line)
 		} else {
 			tb.Log("[netns] " + line)
@@ -199,7 +199,7 @@ func runChild(tb testing.TB, args []string, resultPrefix string) {
 	case waitErr != nil:
 		tb.Fatalf("running %s in a private network namespace: %v", tb.Name(), waitErr)
 	}
-	if resultPrefix == "" {
+	if !isTest {
 		return
 	}
 	switch verdict {
