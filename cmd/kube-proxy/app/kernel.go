@@ -18,35 +18,6 @@ import (
 	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/sysctl"
 )
 
-// procSysctl implements sysctl.Interface on /proc/sys (or a test root). It is a
-// small local adapter until pkg/util/sysctl ships its own constructor.
-type procSysctl struct{ root string }
-
-var _ sysctl.Interface = procSysctl{}
-
-func (p procSysctl) path(name string) string {
-	return filepath.Join(p.root, filepath.FromSlash(name))
-}
-
-func (p procSysctl) GetSysctl(name string) (int, error) {
-	data, err := os.ReadFile(p.path(name))
-	if err != nil {
-		return 0, fmt.Errorf("reading sysctl %s: %w", name, err)
-	}
-	v, err := strconv.Atoi(strings.TrimSpace(string(data)))
-	if err != nil {
-		return 0, fmt.Errorf("parsing sysctl %s: %w", name, err)
-	}
-	return v, nil
-}
-
-func (p procSysctl) SetSysctl(name string, value int) error {
-	if err := os.WriteFile(p.path(name), []byte(strconv.Itoa(value)), 0o640); err != nil {
-		return fmt.Errorf("writing sysctl %s=%d: %w", name, value, err)
-	}
-	return nil
-}
-
 // Conntrack sysctls kube-proxy manages (names relative to /proc/sys).
 const (
 	sysctlConntrackMax              = "net/netfilter/nf_conntrack_max"
@@ -58,7 +29,6 @@ const (
 	conntrackHashsizeParameterRel   = "module/nf_conntrack/parameters/hashsize"
 	defaultOOMScoreAdjPath          = "/proc/self/oom_score_adj"
 	defaultSysRoot                  = "/sys"
-	defaultProcSysRoot              = "/proc/sys"
 	conntrackHashsizeEntriesPerSlot = 4
 )
 
@@ -72,7 +42,7 @@ type kernelSetup struct {
 
 func defaultKernelSetup() kernelSetup {
 	return kernelSetup{
-		sysctl:          procSysctl{root: defaultProcSysRoot},
+		sysctl:          sysctl.New(),
 		sysRoot:         defaultSysRoot,
 		oomScoreAdjPath: defaultOOMScoreAdjPath,
 		numCPU:          runtime.NumCPU,

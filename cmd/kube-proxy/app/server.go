@@ -23,6 +23,7 @@ import (
 
 	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/proxy"
 	proxyconfigapi "github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/proxy/apis/config"
+	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/proxy/healthcheck"
 	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/sysctl"
 )
 
@@ -62,7 +63,8 @@ type ProxyServer struct {
 	NodePortAddresses []string
 
 	// HealthzServer serves /healthz and /livez; nil when healthzBindAddress is "".
-	HealthzServer HealthServer
+	// The proxier calls QueuedUpdate/Updated per family on it.
+	HealthzServer *healthcheck.ProxyHealthServer
 
 	// Sysctl is the /proc/sys accessor the proxier should use too.
 	Sysctl sysctl.Interface
@@ -85,7 +87,6 @@ type deps struct {
 	nodeWaitTimeout time.Duration
 	nodePoll        time.Duration
 	newProvider     func(ctx context.Context, s *ProxyServer) (proxy.Provider, error)
-	newHealthServer func(addr string, healthTimeout time.Duration) HealthServer
 	configPoll      time.Duration
 	serverRetry     time.Duration
 }
@@ -99,7 +100,6 @@ func defaultDeps() deps {
 		nodeWaitTimeout: 30 * time.Second,
 		nodePoll:        time.Second,
 		newProvider:     createProxier,
-		newHealthServer: defaultHealthServer,
 		configPoll:      5 * time.Second,
 		serverRetry:     5 * time.Second,
 	}
@@ -152,8 +152,8 @@ func newProxyServer(ctx context.Context, o *Options, d deps) (*ProxyServer, erro
 	s.Recorder = s.Broadcaster.NewRecorder(scheme.Scheme, componentName)
 	s.NodeRef = &v1.ObjectReference{Kind: "Node", Name: s.NodeName, UID: types.UID(s.NodeName)}
 
-	if cfg.HealthzBindAddress != "" && d.newHealthServer != nil {
-		s.HealthzServer = d.newHealthServer(cfg.HealthzBindAddress, 2*cfg.IPVS.SyncPeriod.Duration)
+	if cfg.HealthzBindAddress != "" {
+		s.HealthzServer = healthcheck.NewProxyHealthServer(cfg.HealthzBindAddress, 2*cfg.IPVS.SyncPeriod.Duration)
 	}
 
 	if err := s.setupKernel(ctx); err != nil {

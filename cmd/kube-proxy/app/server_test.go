@@ -187,23 +187,6 @@ func TestKernelSetupOOMFailureIsNotFatal(t *testing.T) {
 	}
 }
 
-func TestProcSysctl(t *testing.T) {
-	root := t.TempDir()
-	if err := os.MkdirAll(filepath.Join(root, "net", "netfilter"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	p := procSysctl{root: root}
-	if err := p.SetSysctl(sysctlConntrackMax, 1234); err != nil {
-		t.Fatal(err)
-	}
-	if v, err := p.GetSysctl(sysctlConntrackMax); err != nil || v != 1234 {
-		t.Errorf("GetSysctl = %d, %v", v, err)
-	}
-	if _, err := p.GetSysctl("net/ipv4/absent"); !errors.Is(err, os.ErrNotExist) {
-		t.Errorf("missing sysctl: %v, want ErrNotExist", err)
-	}
-}
-
 func TestDetectNodeIPs(t *testing.T) {
 	node := func(addrs ...string) *v1.Node {
 		n := &v1.Node{}
@@ -316,45 +299,16 @@ func (p *fakeProvider) SyncLoop() {
 
 var _ proxy.Provider = &fakeProvider{}
 
-// fakeHealthServer records nodes and serves nothing.
-type fakeHealthServer struct {
-	mu       sync.Mutex
-	addr     string
-	timeout  time.Duration
-	nodes    []*v1.Node
-	runErr   error
-	runCalls int
-}
-
-func (h *fakeHealthServer) Run(ctx context.Context) error {
-	h.mu.Lock()
-	h.runCalls++
-	err := h.runErr
-	h.mu.Unlock()
-	if err != nil {
-		return err
-	}
-	<-ctx.Done()
-	return nil
-}
-
-func (h *fakeHealthServer) SyncNode(n *v1.Node) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	h.nodes = append(h.nodes, n)
-}
-
 type testEnv struct {
 	client   *fake.Clientset
 	provider *fakeProvider
-	health   *fakeHealthServer
 	sysctl   *fakeSysctl
 	deps     deps
 }
 
 func newTestEnv(t *testing.T, objects ...runtime.Object) *testEnv {
 	t.Helper()
-	env := &testEnv{client: fake.NewSimpleClientset(objects...), health: &fakeHealthServer{}}
+	env := &testEnv{client: fake.NewSimpleClientset(objects...)}
 	k, sc := testKernel(t, 1<<20)
 	env.sysctl = sc
 	env.deps = deps{
@@ -369,10 +323,6 @@ func newTestEnv(t *testing.T, objects ...runtime.Object) *testEnv {
 		newProvider: func(ctx context.Context, s *ProxyServer) (proxy.Provider, error) {
 			env.provider = newFakeProvider(ctx)
 			return env.provider, nil
-		},
-		newHealthServer: func(addr string, timeout time.Duration) HealthServer {
-			env.health.addr, env.health.timeout = addr, timeout
-			return env.health
 		},
 		configPoll:  20 * time.Millisecond,
 		serverRetry: 20 * time.Millisecond,
@@ -395,6 +345,7 @@ func testOptions(t *testing.T, mutate func(*v1alpha1.KubeProxyConfiguration)) *O
 	t.Helper()
 	cfg := proxyconfigapi.NewDefaultConfiguration()
 	cfg.MetricsBindAddress = "127.0.0.1:0"
+	cfg.HealthzBindAddress = "127.0.0.1:0"
 	if mutate != nil {
 		mutate(cfg)
 	}
@@ -437,8 +388,8 @@ func TestNewProxyServer(t *testing.T) {
 	if diff := cmp.Diff([]string{"10.244.1.0/24", "fd00:244:1::/64"}, s.PodCIDRs); diff != "" {
 		t.Errorf("PodCIDRs (-want +got):\n%s", diff)
 	}
-	if env.health.addr != "0.0.0.0:10256" || env.health.timeout != 14*time.Second {
-		t.Errorf("health server at %q with timeout %s, want 0.0.0.0:10256 and 2 x syncPeriod", env.health.addr, env.health.timeout)
+	if s.HealthzServer == nil {
+		t.Error("no health server although healthzBindAddress is set")
 	}
 	if s.Proxier != env.provider || s.Recorder == nil || s.NodeRef.Name != "node-a" {
 		t.Errorf("proxier, recorder or node ref not set: %+v", s)
@@ -544,23 +495,14 @@ func TestRunDeliversFilteredObjectsAndEmitsEvent(t *testing.T) {
 		}
 		return false
 	})
-	waitFor(t, "health server to learn the node", func() bool {
-		env.health.mu.Lock()
-		defer env.health.mu.Unlock()
-		return len(env.health.nodes) > 0 && env.health.nodes[0].Name == "node-a"
-	})
+	waitFor(t, "health server to learn the node", s.HealthzServer.NodeEligible)
 
 	// The node informer watches only this node: a delete reaches the handlers,
 	// and the health server sees it as being deleted.
 	if err := env.client.CoreV1().Nodes().Delete(context.Background(), "node-a", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "node deletion", func() bool {
-		env.health.mu.Lock()
-		defer env.health.mu.Unlock()
-		last := env.health.nodes[len(env.health.nodes)-1]
-		return last.DeletionTimestamp != nil
-	})
+	waitFor(t, "node deletion", func() bool { return !s.HealthzServer.NodeEligible() })
 
 	cancel()
 	select {
@@ -614,9 +556,9 @@ func TestRunBindFailure(t *testing.T) {
 	for _, hardFail := range []bool{true, false} {
 		t.Run(fmt.Sprintf("hardFail=%v", hardFail), func(t *testing.T) {
 			env := newTestEnv(t, testNode())
-			env.health.runErr = errors.New("bind: address already in use")
 			o := testOptions(t, func(c *v1alpha1.KubeProxyConfiguration) {
 				c.MetricsBindAddress = busy.Addr().String()
+				c.HealthzBindAddress = busy.Addr().String()
 				c.BindAddressHardFail = hardFail
 			})
 			s, err := newProxyServer(context.Background(), o, env.deps)
@@ -636,12 +578,9 @@ func TestRunBindFailure(t *testing.T) {
 				}
 				return
 			}
-			// Without hard-fail the servers are retried and Run keeps going.
-			waitFor(t, "health server retries", func() bool {
-				env.health.mu.Lock()
-				defer env.health.mu.Unlock()
-				return env.health.runCalls >= 3
-			})
+			// Without hard-fail the servers are retried (every 20ms here) and
+			// Run keeps going.
+			time.Sleep(200 * time.Millisecond)
 			select {
 			case err := <-done:
 				t.Fatalf("Run ended without hard-fail: %v", err)
