@@ -97,3 +97,28 @@ func TestIntegrationChildFailurePropagates(t *testing.T) {
 		t.Fatalf("parent output does not show the child failure:\n%s", out)
 	}
 }
+
+// TestIntegrationChildSkipPropagates checks that a body that skips makes the
+// parent skip too (so hack/integration.sh can see it) instead of passing.
+func TestIntegrationChildSkipPropagates(t *testing.T) {
+	if os.Getenv("NETNS_TEST_INNER_SKIP") == "1" {
+		Run(t, func(t *testing.T) { t.Skip("deliberate skip") })
+		return
+	}
+	if os.Geteuid() != 0 {
+		t.Skip("SKIPPING: needs root")
+	}
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(self, "-test.run", "^TestIntegrationChildSkipPropagates$", "-test.v")
+	cmd.Env = append(os.Environ(), "NETNS_TEST_INNER_SKIP=1")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("a skipping body failed the parent: %v\n%s", err, out)
+	}
+	if !strings.Contains(string(out), "--- SKIP: TestIntegrationChildSkipPropagates") || !strings.Contains(string(out), "deliberate skip") {
+		t.Fatalf("parent did not skip with the child's reason:\n%s", out)
+	}
+}
