@@ -1,0 +1,235 @@
+package proxy
+
+import (
+	"cmp"
+	"reflect"
+	"slices"
+	"sync"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	discovery "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/klog/v2"
+)
+
+// EndpointsChangeTracker accumulates EndpointSlice changes for one IP family between
+// syncs. Informer handlers call EndpointSliceUpdate; the sync loop applies everything
+// at once with EndpointsMap.Update.
+type EndpointsChangeTracker struct {
+	ipFamily    v1.IPFamily
+	addressType discovery.AddressType
+
+	lock  sync.Mutex
+	cache *endpointSliceCache
+	// lastChangeTriggerTimes feeds the network programming latency metric.
+	lastChangeTriggerTimes map[types.NamespacedName][]time.Time
+	// startTime: trigger times older than the tracker describe changes made before
+	// this process started watching, which it did not program late.
+	startTime time.Time
+}
+
+type endpointsChange struct {
+	previous EndpointsMap
+	current  EndpointsMap
+}
+
+// NewEndpointsChangeTracker returns a tracker for ipFamily; endpoints whose nodeName
+// is nodeName are local.
+func NewEndpointsChangeTracker(ipFamily v1.IPFamily, nodeName string) *EndpointsChangeTracker {
+	return &EndpointsChangeTracker{
+		ipFamily:               ipFamily,
+		addressType:            addressTypeOf(ipFamily),
+		cache:                  newEndpointSliceCache(ipFamily, nodeName),
+		lastChangeTriggerTimes: make(map[types.NamespacedName][]time.Time),
+		startTime:              time.Now(),
+	}
+}
+
+// EndpointSliceUpdate records an add/update (removeSlice false) or delete of slice. It
+// returns true if this call changed what is pending, i.e. a sync is needed. Slices of
+// the other family or of type FQDN, and slices without the service-name label, are
+// ignored.
+func (ect *EndpointsChangeTracker) EndpointSliceUpdate(slice *discovery.EndpointSlice, removeSlice bool) bool {
+	if slice == nil {
+		return false
+	}
+	if slice.AddressType != ect.addressType {
+		klog.V(5).InfoS("Ignoring EndpointSlice of another address type", "endpointSlice", klog.KObj(slice), "addressType", slice.AddressType, "ipFamily", ect.ipFamily)
+		return false
+	}
+	svc, sliceName, err := sliceKeys(slice)
+	if err != nil {
+		klog.InfoS("Ignoring EndpointSlice", "endpointSlice", klog.KObj(slice), "err", err)
+		return false
+	}
+
+	ect.lock.Lock()
+	defer ect.lock.Unlock()
+	changed := ect.cache.updatePending(svc, sliceName, slice, removeSlice)
+	if changed {
+		// A deleted slice's trigger time is that of its last update, not of the
+		// deletion, so it would misreport latency.
+		if removeSlice {
+			delete(ect.lastChangeTriggerTimes, svc)
+		} else if t := lastChangeTriggerTime(slice); !t.IsZero() && t.After(ect.startTime) {
+			ect.lastChangeTriggerTimes[svc] = append(ect.lastChangeTriggerTimes[svc], t)
+		}
+	}
+	return changed
+}
+
+// PendingChanges names ("namespace/name") the Services with endpoint changes not yet
+// applied.
+func (ect *EndpointsChangeTracker) PendingChanges() sets.Set[string] {
+	ect.lock.Lock()
+	defer ect.lock.Unlock()
+	return ect.cache.pendingServices()
+}
+
+// lastChangeTriggerTime parses endpoints.kubernetes.io/last-change-trigger-time; zero
+// when absent or malformed.
+func lastChangeTriggerTime(slice *discovery.EndpointSlice) time.Time {
+	val, ok := slice.Annotations[v1.EndpointsLastChangeTriggerTime]
+	if !ok {
+		return time.Time{}
+	}
+	t, err := time.Parse(time.RFC3339Nano, val)
+	if err != nil {
+		klog.InfoS("Ignoring malformed last-change-trigger-time annotation", "endpointSlice", klog.KObj(slice), "value", val, "err", err)
+		return time.Time{}
+	}
+	return t
+}
+
+// ServiceEndpoint names one endpoint of one service port.
+type ServiceEndpoint struct {
+	Endpoint        string // "ip:port"
+	ServicePortName ServicePortName
+}
+
+// UpdateEndpointsMapResult says what an EndpointsMap.Update changed.
+type UpdateEndpointsMapResult struct {
+	// UpdatedServices is every Service whose endpoints changed.
+	UpdatedServices sets.Set[types.NamespacedName]
+	// DeletedUDPEndpoints are UDP/SCTP endpoints that were serving and no longer are
+	// (removed, or no longer serving): conntrack entries to them are stale.
+	DeletedUDPEndpoints []ServiceEndpoint
+	// NewlyActiveUDPServices are UDP/SCTP service ports that went from no serving
+	// endpoint to some: conntrack may hold entries that black-holed their traffic.
+	NewlyActiveUDPServices []ServicePortName
+	// LastChangeTriggerTimes are the trigger times of the applied changes.
+	LastChangeTriggerTimes map[types.NamespacedName][]time.Time
+}
+
+// Update applies and clears the tracker's pending changes.
+func (em EndpointsMap) Update(ect *EndpointsChangeTracker) UpdateEndpointsMapResult {
+	result := UpdateEndpointsMapResult{
+		UpdatedServices:        sets.New[types.NamespacedName](),
+		LastChangeTriggerTimes: make(map[types.NamespacedName][]time.Time),
+	}
+	if ect == nil {
+		return result
+	}
+	ect.lock.Lock()
+	changes := ect.cache.checkoutChanges()
+	for svc, times := range ect.lastChangeTriggerTimes {
+		result.LastChangeTriggerTimes[svc] = times
+	}
+	clear(ect.lastChangeTriggerTimes)
+	ect.lock.Unlock()
+
+	for svc, change := range changes {
+		if reflect.DeepEqual(change.previous, change.current) {
+			continue
+		}
+		result.UpdatedServices.Insert(svc)
+		for spn := range change.previous {
+			delete(em, spn)
+		}
+		for spn, eps := range change.current {
+			em[spn] = eps
+		}
+		staleConntrackEntries(change.previous, change.current, &result)
+	}
+	sortServiceEndpoints(result.DeletedUDPEndpoints)
+	sortServicePortNames(result.NewlyActiveUDPServices)
+	return result
+}
+
+// staleConntrackEntries adds to result the UDP/SCTP endpoints that stopped serving and
+// the UDP/SCTP ports that started having serving endpoints.
+func staleConntrackEntries(previous, current EndpointsMap, result *UpdateEndpointsMapResult) {
+	for spn, eps := range previous {
+		if !connectionless(spn.Protocol) {
+			continue
+		}
+		stillServing := sets.New[string]()
+		for _, ep := range current[spn] {
+			if ep.Serving {
+				stillServing.Insert(ep.String())
+			}
+		}
+		for _, ep := range eps {
+			// Traffic never went to an endpoint that was not serving.
+			if ep.Serving && !stillServing.Has(ep.String()) {
+				result.DeletedUDPEndpoints = append(result.DeletedUDPEndpoints, ServiceEndpoint{Endpoint: ep.String(), ServicePortName: spn})
+			}
+		}
+	}
+	for spn, eps := range current {
+		if connectionless(spn.Protocol) && countServing(eps) > 0 && countServing(previous[spn]) == 0 {
+			result.NewlyActiveUDPServices = append(result.NewlyActiveUDPServices, spn)
+		}
+	}
+}
+
+func countServing(eps []*Endpoint) int {
+	n := 0
+	for _, ep := range eps {
+		if ep.Serving {
+			n++
+		}
+	}
+	return n
+}
+
+// LocalReadyEndpoints counts, per Service, the distinct IPs of ready endpoints on this
+// node (what the eTP=Local health check reports). An IP serving several ports counts
+// once.
+func (em EndpointsMap) LocalReadyEndpoints() map[types.NamespacedName]int {
+	ips := make(map[types.NamespacedName]sets.Set[string])
+	for spn, eps := range em {
+		for _, ep := range eps {
+			// Terminating endpoints may still serve, but a node with only those
+			// should fail its health check so the load balancer drains it.
+			if !ep.IsLocal || !ep.Ready {
+				continue
+			}
+			if ips[spn.NamespacedName] == nil {
+				ips[spn.NamespacedName] = sets.New[string]()
+			}
+			ips[spn.NamespacedName].Insert(ep.IP)
+		}
+	}
+	counts := make(map[types.NamespacedName]int, len(ips))
+	for svc, set := range ips {
+		counts[svc] = set.Len()
+	}
+	return counts
+}
+
+func sortServiceEndpoints(s []ServiceEndpoint) {
+	slices.SortFunc(s, func(a, b ServiceEndpoint) int {
+		return cmp.Or(cmp.Compare(a.ServicePortName.String(), b.ServicePortName.String()),
+			cmp.Compare(a.ServicePortName.Protocol, b.ServicePortName.Protocol),
+			cmp.Compare(a.Endpoint, b.Endpoint))
+	})
+}
+
+func sortServicePortNames(s []ServicePortName) {
+	slices.SortFunc(s, func(a, b ServicePortName) int {
+		return cmp.Or(cmp.Compare(a.String(), b.String()), cmp.Compare(a.Protocol, b.Protocol))
+	})
+}

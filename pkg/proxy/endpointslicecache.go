@@ -1,0 +1,295 @@
+package proxy
+
+import (
+	"cmp"
+	"fmt"
+	"reflect"
+	"slices"
+
+	v1 "k8s.io/api/core/v1"
+	discovery "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/klog/v2"
+	netutils "k8s.io/utils/net"
+)
+
+// endpointSliceCache holds, per Service, the EndpointSlices as last applied and the
+// ones received since. Slices are kept by name because an endpoint can move from one
+// slice to another: merging all of a Service's slices is what gives its endpoints.
+//
+// Slices are reduced to what the proxier uses and validated on the way in, so that an
+// update touching only irrelevant fields compares equal and causes no sync.
+type endpointSliceCache struct {
+	family   v1.IPFamily
+	nodeName string
+	// byService is guarded by the EndpointsChangeTracker's lock.
+	byService map[types.NamespacedName]*sliceTracker
+}
+
+type sliceTracker struct {
+	applied map[string]*sliceInfo
+	pending map[string]*sliceInfo
+}
+
+// sliceInfo is the part of an EndpointSlice the proxier uses.
+type sliceInfo struct {
+	remove    bool
+	ports     []slicePort     // sorted
+	endpoints []*sliceAddress // sorted by address
+}
+
+type slicePort struct {
+	name     string
+	port     int
+	protocol v1.Protocol
+}
+
+type sliceAddress struct {
+	ip          string // canonical
+	nodeName    string
+	zone        string
+	zoneHints   sets.Set[string]
+	nodeHints   sets.Set[string]
+	ready       bool
+	serving     bool
+	terminating bool
+}
+
+func newEndpointSliceCache(family v1.IPFamily, nodeName string) *endpointSliceCache {
+	return &endpointSliceCache{family: family, nodeName: nodeName, byService: make(map[types.NamespacedName]*sliceTracker)}
+}
+
+// sliceKeys returns the Service a slice belongs to and the slice's own name.
+func sliceKeys(slice *discovery.EndpointSlice) (types.NamespacedName, string, error) {
+	svcName := slice.Labels[discovery.LabelServiceName]
+	if svcName == "" {
+		return types.NamespacedName{}, "", fmt.Errorf("endpoint slice %s/%s has no %s label", slice.Namespace, slice.Name, discovery.LabelServiceName)
+	}
+	if slice.Namespace == "" || slice.Name == "" {
+		return types.NamespacedName{}, "", fmt.Errorf("endpoint slice for service %s has no namespace or name", svcName)
+	}
+	return types.NamespacedName{Namespace: slice.Namespace, Name: svcName}, slice.Name, nil
+}
+
+// updatePending records slice as pending and reports whether that changed the
+// pending state. A slice that goes back to what is applied (or an unseen slice that is
+// removed) leaves no pending entry, so PendingChanges counts only real changes.
+func (c *endpointSliceCache) updatePending(svc types.NamespacedName, sliceName string, slice *discovery.EndpointSlice, remove bool) bool {
+	info := c.newSliceInfo(svc, slice, remove)
+	tracker := c.byService[svc]
+	var applied, pending *sliceInfo
+	var inApplied, inPending bool
+	if tracker != nil {
+		applied, inApplied = tracker.applied[sliceName]
+		pending, inPending = tracker.pending[sliceName]
+	}
+
+	sameAsApplied := !inApplied && remove || inApplied && reflect.DeepEqual(applied, info)
+	if sameAsApplied {
+		if !inPending {
+			return false
+		}
+		delete(tracker.pending, sliceName)
+		if len(tracker.pending) == 0 && len(tracker.applied) == 0 {
+			delete(c.byService, svc)
+		}
+		return true
+	}
+	if inPending && reflect.DeepEqual(pending, info) {
+		return false
+	}
+	if tracker == nil {
+		tracker = &sliceTracker{applied: map[string]*sliceInfo{}, pending: map[string]*sliceInfo{}}
+		c.byService[svc] = tracker
+	}
+	tracker.pending[sliceName] = info
+	return true
+}
+
+// pendingServices names the Services with pending slice changes.
+func (c *endpointSliceCache) pendingServices() sets.Set[string] {
+	out := sets.New[string]()
+	for svc, tracker := range c.byService {
+		if len(tracker.pending) > 0 {
+			out.Insert(svc.String())
+		}
+	}
+	return out
+}
+
+// checkoutChanges applies every pending slice and returns, per Service, its
+// endpoints before and after.
+func (c *endpointSliceCache) checkoutChanges() map[types.NamespacedName]*endpointsChange {
+	changes := make(map[types.NamespacedName]*endpointsChange)
+	for svc, tracker := range c.byService {
+		if len(tracker.pending) == 0 {
+			continue
+		}
+		change := &endpointsChange{previous: c.endpointsMap(svc, tracker.applied)}
+		for name, info := range tracker.pending {
+			if info.remove {
+				delete(tracker.applied, name)
+			} else {
+				tracker.applied[name] = info
+			}
+		}
+		clear(tracker.pending)
+		change.current = c.endpointsMap(svc, tracker.applied)
+		changes[svc] = change
+		if len(tracker.applied) == 0 {
+			delete(c.byService, svc)
+		}
+	}
+	return changes
+}
+
+// newSliceInfo validates and reduces a slice; a removal keeps no content.
+func (c *endpointSliceCache) newSliceInfo(svc types.NamespacedName, slice *discovery.EndpointSlice, remove bool) *sliceInfo {
+	info := &sliceInfo{remove: remove}
+	if remove {
+		return info
+	}
+	logger := klog.LoggerWithValues(klog.Background(), "endpointSlice", klog.KObj(slice), "service", svc, "ipFamily", c.family)
+	for _, p := range slice.Ports {
+		switch {
+		case p.Name == nil:
+			logger.Info("Ignoring endpoint port with nil name")
+			continue
+		case p.Port == nil || *p.Port < 1 || *p.Port > 65535:
+			logger.Info("Ignoring endpoint port with invalid port number", "portName", *p.Name)
+			continue
+		}
+		protocol := v1.ProtocolTCP // the API default
+		if p.Protocol != nil {
+			protocol = *p.Protocol
+		}
+		if !supportedProtocols.Has(protocol) {
+			logger.Info("Ignoring endpoint port with unsupported protocol", "portName", *p.Name, "protocol", protocol)
+			continue
+		}
+		info.ports = append(info.ports, slicePort{name: *p.Name, port: int(*p.Port), protocol: protocol})
+	}
+	slices.SortFunc(info.ports, func(a, b slicePort) int {
+		return cmp.Or(cmp.Compare(a.name, b.name), cmp.Compare(a.protocol, b.protocol), cmp.Compare(a.port, b.port))
+	})
+	info.ports = slices.Compact(info.ports)
+
+	for i := range slice.Endpoints {
+		ep := &slice.Endpoints[i]
+		if len(ep.Addresses) == 0 {
+			logger.Info("Ignoring endpoint without addresses")
+			continue
+		}
+		// Only the first address is used; the API reserves the others.
+		ip := netutils.ParseIPSloppy(ep.Addresses[0])
+		if ip == nil {
+			logger.Info("Ignoring endpoint with invalid address", "address", ep.Addresses[0])
+			continue
+		}
+		if ipFamilyOf(ip) != c.family {
+			logger.Info("Ignoring endpoint whose address does not match the slice's family", "address", ep.Addresses[0])
+			continue
+		}
+		addr := &sliceAddress{
+			ip: canonicalIP(ip).String(),
+			// Nil conditions default as the API documents them.
+			ready:       ep.Conditions.Ready == nil || *ep.Conditions.Ready,
+			serving:     ep.Conditions.Serving == nil || *ep.Conditions.Serving,
+			terminating: ep.Conditions.Terminating != nil && *ep.Conditions.Terminating,
+		}
+		if ep.NodeName != nil {
+			addr.nodeName = *ep.NodeName
+		}
+		if ep.Zone != nil {
+			addr.zone = *ep.Zone
+		}
+		if ep.Hints != nil {
+			for _, z := range ep.Hints.ForZones {
+				if addr.zoneHints == nil {
+					addr.zoneHints = sets.New[string]()
+				}
+				addr.zoneHints.Insert(z.Name)
+			}
+			for _, n := range ep.Hints.ForNodes {
+				if addr.nodeHints == nil {
+					addr.nodeHints = sets.New[string]()
+				}
+				addr.nodeHints.Insert(n.Name)
+			}
+		}
+		info.endpoints = append(info.endpoints, addr)
+	}
+	slices.SortStableFunc(info.endpoints, func(a, b *sliceAddress) int { return cmp.Compare(a.ip, b.ip) })
+	return info
+}
+
+// endpointsMap merges a Service's slices into its endpoints per service port. An
+// endpoint listed more than once (in one slice or several, as happens while the
+// controller moves it) is kept once: the most usable copy wins, ties go to the slice
+// whose name sorts first, so the result never depends on map order.
+func (c *endpointSliceCache) endpointsMap(svc types.NamespacedName, byName map[string]*sliceInfo) EndpointsMap {
+	names := make([]string, 0, len(byName))
+	for name := range byName {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+
+	merged := make(map[ServicePortName]map[string]*Endpoint)
+	for _, name := range names {
+		info := byName[name]
+		for _, port := range info.ports {
+			spn := ServicePortName{NamespacedName: svc, Port: port.name, Protocol: port.protocol}
+			byEndpoint := merged[spn]
+			if byEndpoint == nil {
+				byEndpoint = make(map[string]*Endpoint)
+				merged[spn] = byEndpoint
+			}
+			for _, addr := range info.endpoints {
+				ep := &Endpoint{
+					IP:          addr.ip,
+					Port:        port.port,
+					IsLocal:     c.nodeName != "" && addr.nodeName == c.nodeName,
+					Ready:       addr.ready,
+					Serving:     addr.serving,
+					Terminating: addr.terminating,
+					NodeName:    addr.nodeName,
+					Zone:        addr.zone,
+					ZoneHints:   addr.zoneHints,
+					NodeHints:   addr.nodeHints,
+				}
+				key := ep.String()
+				if have, ok := byEndpoint[key]; !ok || usability(ep) > usability(have) {
+					byEndpoint[key] = ep
+				}
+			}
+		}
+	}
+
+	em := make(EndpointsMap, len(merged))
+	for spn, byEndpoint := range merged {
+		if len(byEndpoint) == 0 {
+			continue
+		}
+		eps := make([]*Endpoint, 0, len(byEndpoint))
+		for _, ep := range byEndpoint {
+			eps = append(eps, ep)
+		}
+		slices.SortFunc(eps, func(a, b *Endpoint) int { return cmp.Compare(a.String(), b.String()) })
+		em[spn] = eps
+	}
+	return em
+}
+
+// usability ranks duplicate copies of an endpoint: ready beats serving-terminating
+// beats neither.
+func usability(ep *Endpoint) int {
+	switch {
+	case ep.Ready:
+		return 2
+	case ep.Serving:
+		return 1
+	default:
+		return 0
+	}
+}

@@ -1,0 +1,143 @@
+package proxy
+
+import (
+	"reflect"
+	"sync"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/klog/v2"
+)
+
+// ServiceChangeTracker accumulates Service changes for one IP family between syncs.
+// Informer handlers call Update; the sync loop applies everything at once with
+// ServicePortMap.Update.
+type ServiceChangeTracker struct {
+	ipFamily v1.IPFamily
+	recorder events.EventRecorder
+
+	lock sync.Mutex
+	// items holds, per Service, its ports as last applied (previous) and as they
+	// are now (current). A Service whose current equals previous has no entry.
+	items map[types.NamespacedName]*serviceChange
+}
+
+type serviceChange struct {
+	previous ServicePortMap
+	current  ServicePortMap
+}
+
+// NewServiceChangeTracker returns a tracker for ipFamily. recorder (may be nil)
+// receives Warning events for Service values that cannot be programmed.
+func NewServiceChangeTracker(ipFamily v1.IPFamily, recorder events.EventRecorder) *ServiceChangeTracker {
+	return &ServiceChangeTracker{
+		ipFamily: ipFamily,
+		recorder: recorder,
+		items:    make(map[types.NamespacedName]*serviceChange),
+	}
+}
+
+// Update records a Service add (previous nil), update, or delete (current nil). It
+// returns true if the tracker holds any change that needs a sync, whether or not this
+// call caused it (as upstream). Changes coalesce: an add followed by a delete before
+// the next sync leaves nothing to do.
+func (sct *ServiceChangeTracker) Update(previous, current *v1.Service) bool {
+	svc := current
+	if svc == nil {
+		svc = previous
+	}
+	if svc == nil {
+		return false
+	}
+	nn := types.NamespacedName{Namespace: svc.Namespace, Name: svc.Name}
+	currentPorts := serviceToServicePorts(current, sct.ipFamily, sct.recorder)
+
+	sct.lock.Lock()
+	defer sct.lock.Unlock()
+	change, ok := sct.items[nn]
+	if !ok {
+		change = &serviceChange{previous: serviceToServicePorts(previous, sct.ipFamily, nil)}
+		sct.items[nn] = change
+	}
+	change.current = currentPorts
+	if reflect.DeepEqual(change.previous, change.current) {
+		delete(sct.items, nn)
+	} else {
+		klog.V(4).InfoS("Service ports changed", "service", nn, "ipFamily", sct.ipFamily, "ports", len(change.current))
+	}
+	return len(sct.items) > 0
+}
+
+// PendingChanges is the number of Services with changes not yet applied.
+func (sct *ServiceChangeTracker) PendingChanges() int {
+	sct.lock.Lock()
+	defer sct.lock.Unlock()
+	return len(sct.items)
+}
+
+// UpdateServiceMapResult says what a ServicePortMap.Update changed.
+type UpdateServiceMapResult struct {
+	// UpdatedServices is every Service whose ports were added, changed or removed.
+	UpdatedServices sets.Set[types.NamespacedName]
+	// DeletedUDPClusterIPs are cluster IPs that had a UDP or SCTP port before the
+	// update and have none after it: their conntrack entries are stale.
+	DeletedUDPClusterIPs sets.Set[string]
+}
+
+// Update applies and clears the tracker's pending changes.
+func (sm ServicePortMap) Update(sct *ServiceChangeTracker) UpdateServiceMapResult {
+	result := UpdateServiceMapResult{
+		UpdatedServices:      sets.New[types.NamespacedName](),
+		DeletedUDPClusterIPs: sets.New[string](),
+	}
+	if sct == nil {
+		return result
+	}
+	sct.lock.Lock()
+	items := sct.items
+	sct.items = make(map[types.NamespacedName]*serviceChange)
+	sct.lock.Unlock()
+
+	for nn, change := range items {
+		result.UpdatedServices.Insert(nn)
+		for name, info := range change.previous {
+			if connectionless(info.Protocol) {
+				result.DeletedUDPClusterIPs.Insert(info.ClusterIP.String())
+			}
+			if _, kept := change.current[name]; !kept {
+				delete(sm, name)
+			}
+		}
+		for name, info := range change.current {
+			sm[name] = info
+		}
+	}
+	if result.DeletedUDPClusterIPs.Len() > 0 {
+		// An IP is only stale if no UDP/SCTP port uses it any more.
+		for _, info := range sm {
+			if connectionless(info.Protocol) {
+				result.DeletedUDPClusterIPs.Delete(info.ClusterIP.String())
+			}
+		}
+	}
+	return result
+}
+
+// HealthCheckNodePorts maps each Service with a health check node port to it.
+func (sm ServicePortMap) HealthCheckNodePorts() map[types.NamespacedName]uint16 {
+	ports := make(map[types.NamespacedName]uint16)
+	for name, info := range sm {
+		if info.HealthCheckNodePort != 0 {
+			ports[name.NamespacedName] = uint16(info.HealthCheckNodePort)
+		}
+	}
+	return ports
+}
+
+// connectionless reports whether conntrack entries of the protocol outlive a backend
+// change (UDP, SCTP) and so must be flushed by hand.
+func connectionless(p v1.Protocol) bool {
+	return p == v1.ProtocolUDP || p == v1.ProtocolSCTP
+}
