@@ -1,0 +1,31 @@
+# syntax=docker/dockerfile:1
+# kube-proxy-ipvs: a drop-in replacement for kube-proxy --proxy-mode=ipvs.
+#
+#   docker build -t kube-proxy-ipvs:dev .        (or: make image)
+#
+# Stage 1 builds a static binary; stage 2 is Debian with the userspace tools the
+# daemon drives (iptables-restore in both the legacy and nft backends, ipset) and
+# the ones operators expect in a kube-proxy image for debugging (ipvsadm,
+# conntrack, kmod for modprobe of ip_vs*).
+
+FROM golang:1.26-bookworm AS build
+WORKDIR /src
+COPY go.mod go.sum ./
+RUN go mod download
+COPY . .
+ARG VERSION=v0.0.0-dev
+RUN CGO_ENABLED=0 GOOS=linux go build -trimpath \
+      -ldflags "-s -w -X k8s.io/component-base/version.gitVersion=${VERSION}" \
+      -o /out/kube-proxy ./cmd/kube-proxy
+
+FROM debian:bookworm-slim
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends \
+      iptables ipset conntrack ipvsadm kmod ca-certificates \
+ && rm -rf /var/lib/apt/lists/* \
+ # Debian's iptables package ships both backends; pick nft by default as
+ # upstream's image does, and keep iptables-legacy available.
+ && update-alternatives --set iptables /usr/sbin/iptables-nft \
+ && update-alternatives --set ip6tables /usr/sbin/ip6tables-nft
+COPY --from=build /out/kube-proxy /usr/local/bin/kube-proxy
+ENTRYPOINT ["/usr/local/bin/kube-proxy"]
