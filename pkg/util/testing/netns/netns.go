@@ -10,8 +10,9 @@
 //	}
 //
 // Outside a private namespace, Run re-executes the test binary for just this test
-// under `unshare --net --mount --propagation private`, streams the child's output
-// into the test log and fails when the child fails. The body only ever runs in the
+// in a new network and mount namespace (clone flags CLONE_NEWNET|CLONE_NEWNS on the
+// child, so no unshare(1) is needed, e.g. in the test VM's initramfs), streams the
+// child's output into the test log and fails when the child fails. The body only ever runs in the
 // child: there is no code path on which it runs in the caller's namespace.
 //
 // Inside the child, Run first checks that the network and mount namespaces really
@@ -31,6 +32,7 @@ import (
 	"regexp"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 
 	"github.com/vishvananda/netlink"
@@ -133,10 +135,6 @@ func runChild(tb testing.TB, args []string, isTest bool) {
 	if err != nil {
 		tb.Fatalf("reading own mount namespace: %v", err)
 	}
-	unshare, err := exec.LookPath("unshare")
-	if err != nil {
-		tb.Fatalf("running %s in a private network namespace needs unshare(1) (util-linux): %v", tb.Name(), err)
-	}
 	self, err := os.Executable()
 	if err != nil {
 		tb.Fatalf("finding the test binary: %v", err)
@@ -147,8 +145,9 @@ func runChild(tb testing.TB, args []string, isTest bool) {
 			args = append(args, "-"+name+"="+f.Value.String())
 		}
 	}
-	cmdArgs := append([]string{"--net", "--mount", "--propagation", "private", "--", self}, args...)
-	cmd := exec.Command(unshare, cmdArgs...)
+	cmd := exec.Command(self, args...)
+	// Only the child is created in the new namespaces; this process stays put.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: unix.CLONE_NEWNET | unix.CLONE_NEWNS}
 	cmd.Env = append(os.Environ(),
 		envTest+"="+tb.Name(),
 		envParentNet+"="+parentNet,
@@ -160,7 +159,7 @@ func runChild(tb testing.TB, args []string, isTest bool) {
 	}
 	cmd.Stderr = cmd.Stdout // the same pipe: keep the child's lines in order
 	if err := cmd.Start(); err != nil {
-		tb.Fatalf("starting %s under unshare: %v", tb.Name(), err)
+		tb.Fatalf("starting %s in new namespaces: %v", tb.Name(), err)
 	}
 	var verdict, skipReason string
 	var lastLines []string
@@ -236,8 +235,9 @@ func prepareChild() error {
 			return fmt.Errorf("%s is %s, the same as the parent's (%q): not a private namespace", c.path, id, parent)
 		}
 	}
-	// Belt and braces: unshare --propagation private already did this; a shared
-	// mount here would leak the mounts below to the host.
+	// A new mount namespace starts with the parent's propagation: shared mounts
+	// would carry the mounts below back to the host, so make everything private
+	// before mounting anything.
 	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
 		return fmt.Errorf("making mounts private: %w", err)
 	}
