@@ -66,6 +66,19 @@ func (f *Fake) SetReferences(set string, refs int) {
 	}
 }
 
+// ReplaceReferences sets the references of every set at once (sets not in refs
+// have none), e.g. from the iptables Fake's MatchSetRefs after each restore.
+func (f *Fake) ReplaceReferences(refs map[string]int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.refs = map[string]int{}
+	for set, n := range refs {
+		if n > 0 {
+			f.refs[set] = n
+		}
+	}
+}
+
 // Ops returns the operations applied successfully since the last ResetCounters.
 func (f *Fake) Ops() OpCounts {
 	f.mu.Lock()

@@ -378,3 +378,27 @@ func FuzzParseSave(f *testing.F) {
 		}
 	})
 }
+
+func TestFakeReplaceReferences(t *testing.T) {
+	ctx := context.Background()
+	f := NewFake()
+	tx := &Transaction{}
+	tx.Create(&Set{Name: "A", Type: HashIP})
+	tx.Create(&Set{Name: "B", Type: HashIP})
+	if err := f.Apply(ctx, tx); err != nil {
+		t.Fatal(err)
+	}
+	f.SetReferences("A", 1)
+	f.ReplaceReferences(map[string]int{"B": 2})
+	destroy := func(name string) error {
+		tx := &Transaction{}
+		tx.Destroy(name)
+		return f.Apply(ctx, tx)
+	}
+	if err := destroy("B"); !IsInUse(err) {
+		t.Errorf("destroy B = %v, want in use", err)
+	}
+	if err := destroy("A"); err != nil {
+		t.Errorf("destroy A = %v, want success (its reference was replaced)", err)
+	}
+}
