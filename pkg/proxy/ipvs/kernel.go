@@ -4,12 +4,11 @@ import (
 	"context"
 	"fmt"
 	"net"
-	"strconv"
-	"strings"
 
 	"k8s.io/klog/v2"
 
 	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/ipvs"
+	kernelversion "github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/kernel"
 )
 
 // Sysctls the ipvs mode needs.
@@ -26,8 +25,14 @@ const (
 // prepareKernel sets what the ipvs mode needs and reports whether the kernel is one
 // whose conn_reuse_mode=0 makes weight-0 draining unsafe (4.1 <= v < 5.9).
 func prepareKernel(ctx context.Context, logger klog.Logger, opts Options, kernel Kernel) (oldKernel bool, err error) {
-	major, minor, ok := parseKernelVersion(opts.KernelVersion)
-	connReuseNeeded := ok && (major > 4 || (major == 4 && minor >= 1)) && (major < 5 || (major == 5 && minor < 9))
+	connReuseNeeded := false
+	if opts.KernelVersion != "" {
+		v, err := kernelversion.ParseVersion(opts.KernelVersion)
+		if err != nil {
+			return false, err
+		}
+		connReuseNeeded = kernelversion.SetConnReuseModeZero(v)
+	}
 	settings := []struct {
 		name  string
 		value int
@@ -72,24 +77,6 @@ func prepareKernel(ctx context.Context, logger klog.Logger, opts Options, kernel
 		}
 	}
 	return connReuseNeeded, nil
-}
-
-// parseKernelVersion reads "major.minor" from a kernel release such as "6.1.0-57-amd64".
-func parseKernelVersion(release string) (major, minor int, ok bool) {
-	parts := strings.SplitN(release, ".", 3)
-	if len(parts) < 2 {
-		return 0, 0, false
-	}
-	maj, err1 := strconv.Atoi(parts[0])
-	minStr := parts[1]
-	if i := strings.IndexFunc(minStr, func(r rune) bool { return r < '0' || r > '9' }); i >= 0 {
-		minStr = minStr[:i]
-	}
-	mn, err2 := strconv.Atoi(minStr)
-	if err1 != nil || err2 != nil {
-		return 0, 0, false
-	}
-	return maj, mn, true
 }
 
 // CanUseIPVS checks that the kernel accepts a virtual server with the scheduler, by

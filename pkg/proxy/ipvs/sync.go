@@ -269,6 +269,11 @@ func (p *Proxier) observe(ctx context.Context) (*appliedState, error) {
 			st.entries.Insert(setEntry{base, e})
 		}
 	}
+	// The device is created here, before its addresses are read, so a first start
+	// and a device someone deleted look alike: empty.
+	if _, err := p.kernel.Netlink.EnsureDummyDevice(ctx, netlink.DefaultDummyDevice); err != nil {
+		return nil, fmt.Errorf("ensuring dummy device %s: %w", netlink.DefaultDummyDevice, err)
+	}
 	addrs, err := p.kernel.Netlink.ListBindAddress(ctx, netlink.DefaultDummyDevice)
 	if err != nil {
 		return nil, fmt.Errorf("listing addresses of %s: %w", netlink.DefaultDummyDevice, err)
@@ -315,11 +320,6 @@ func (p *Proxier) apply(ctx context.Context, t *touched, full bool, stats *SyncS
 	}
 
 	// 2. bind new service addresses.
-	if full {
-		if _, err := p.kernel.Netlink.EnsureDummyDevice(ctx, netlink.DefaultDummyDevice); err != nil {
-			return fmt.Errorf("ensuring dummy device %s: %w", netlink.DefaultDummyDevice, err)
-		}
-	}
 	addrs := sets.List(t.addrs)
 	for _, addr := range addrs {
 		if p.index.hasAddr(addr) && !a.addrs.Has(addr) {
@@ -409,7 +409,7 @@ func (p *Proxier) syncVirtualServer(ctx context.Context, key string, ct *[]connt
 		return 0, nil
 	case d == nil:
 		if err := p.kernel.IPVS.DeleteVirtualServer(ctx, a.vs); err != nil && !ipvs.IsNotFound(err) {
-			return 1, fmt.Errorf("deleting virtual server %s: %w", a.vs, err)
+			return 1, err
 		}
 		delete(p.applied.vs, key)
 		for k, dr := range p.draining {
@@ -425,12 +425,12 @@ func (p *Proxier) syncVirtualServer(ctx context.Context, key string, ct *[]connt
 		ops++
 		if err := p.kernel.IPVS.AddVirtualServer(ctx, d.vs); err != nil {
 			if !ipvs.IsExists(err) {
-				return ops, fmt.Errorf("adding virtual server %s: %w", d.vs, err)
+				return ops, err
 			}
 			// Someone else created it since we looked: take it over.
 			ops++
 			if err := p.kernel.IPVS.UpdateVirtualServer(ctx, d.vs); err != nil {
-				return ops, fmt.Errorf("updating virtual server %s: %w", d.vs, err)
+				return ops, err
 			}
 		}
 		a = &appliedVS{vs: d.vs, rs: map[string]*ipvs.RealServer{}}
@@ -438,7 +438,7 @@ func (p *Proxier) syncVirtualServer(ctx context.Context, key string, ct *[]connt
 	case !a.vs.Equal(d.vs):
 		ops++
 		if err := p.kernel.IPVS.UpdateVirtualServer(ctx, d.vs); err != nil {
-			return ops, fmt.Errorf("updating virtual server %s: %w", d.vs, err)
+			return ops, err
 		}
 		a.vs = d.vs
 	}
@@ -456,14 +456,14 @@ func (p *Proxier) syncVirtualServer(ctx context.Context, key string, ct *[]connt
 		case cur == nil:
 			ops++
 			if err := p.kernel.IPVS.AddRealServer(ctx, a.vs, want); err != nil {
-				return ops, fmt.Errorf("adding real server %s to %s: %w", want, a.vs, err)
+				return ops, err
 			}
 			a.rs[rk] = copyRS(want)
 			changedRS = true
 		case cur.Weight != want.Weight:
 			ops++
 			if err := p.kernel.IPVS.UpdateRealServer(ctx, a.vs, want); err != nil {
-				return ops, fmt.Errorf("setting weight %d on real server %s of %s: %w", want.Weight, want, a.vs, err)
+				return ops, err
 			}
 			cur.Weight = want.Weight
 			changedRS = true
@@ -491,7 +491,7 @@ func (p *Proxier) syncVirtualServer(ctx context.Context, key string, ct *[]connt
 			zero := copyRS(cur)
 			zero.Weight = 0
 			if err := p.kernel.IPVS.UpdateRealServer(ctx, a.vs, zero); err != nil {
-				return ops, fmt.Errorf("draining real server %s of %s: %w", cur, a.vs, err)
+				return ops, fmt.Errorf("draining: %w", err)
 			}
 			cur.Weight = 0
 			p.draining[key+"/"+rk] = &drainingRS{vsKey: key, rsKey: rk, deadline: p.clock.Now().Add(p.opts.DrainTimeout).UnixNano()}
@@ -499,7 +499,7 @@ func (p *Proxier) syncVirtualServer(ctx context.Context, key string, ct *[]connt
 		}
 		ops++
 		if err := p.kernel.IPVS.DeleteRealServer(ctx, a.vs, cur); err != nil && !ipvs.IsNotFound(err) {
-			return ops, fmt.Errorf("deleting real server %s of %s: %w", cur, a.vs, err)
+			return ops, err
 		}
 		delete(a.rs, rk)
 		changedRS = true
@@ -548,7 +548,7 @@ func (p *Proxier) processDraining(ctx context.Context, stats *SyncStats) error {
 		}
 		live, err := p.kernel.IPVS.GetRealServers(ctx, a.vs)
 		if err != nil {
-			return fmt.Errorf("reading connections of %s: %w", a.vs, err)
+			return err
 		}
 		conns := map[string]int{}
 		for _, rs := range live {
@@ -563,7 +563,7 @@ func (p *Proxier) processDraining(ctx context.Context, stats *SyncStats) error {
 			if cur := a.rs[dr.rsKey]; cur != nil && present {
 				stats.IPVSOps++
 				if err := p.kernel.IPVS.DeleteRealServer(ctx, a.vs, cur); err != nil && !ipvs.IsNotFound(err) {
-					return fmt.Errorf("deleting drained real server %s of %s: %w", cur, a.vs, err)
+					return fmt.Errorf("removing drained real server: %w", err)
 				}
 			}
 			delete(a.rs, dr.rsKey)
@@ -583,7 +583,7 @@ func (p *Proxier) ensureSets(ctx context.Context, stats *SyncStats) error {
 		switch {
 		case !ok:
 			tx.Create(spec)
-		case have.Type != spec.Type || (spec.Family != "" && have.Family != "" && have.Family != spec.Family):
+		case ipset.NeedsReplace(have, spec):
 			wrong = append(wrong, spec)
 		}
 	}
@@ -606,77 +606,49 @@ func (p *Proxier) ensureSets(ctx context.Context, stats *SyncStats) error {
 	return nil
 }
 
-// replaceSet swaps a set of the wrong type (left by an older kube-proxy,
-// kubernetes#77265) for one of the right type without a moment in which the rules that
-// use it match nothing: the rules are first pointed at a filled temporary set, the old
-// set is recreated with the right type and filled, the rules are pointed back, and the
-// temporary set is destroyed.
+// replaceSet replaces a set of the wrong type or family (left by an older kube-proxy,
+// kubernetes#77265) without a moment in which the rules that use it match nothing:
+// the rules are pointed at a filled temporary set while the set is recreated.
 func (p *Proxier) replaceSet(ctx context.Context, spec *ipset.Set, stats *SyncStats) error {
 	base := p.reverse[spec.Name]
-	tmp := *spec
-	tmp.Name = tempSetName(spec.Name)
-	fill := func(tx *ipset.Transaction, name string) {
-		for e := range p.index.setRefs {
-			if e.set == base {
-				tx.Add(name, e.entry)
-			}
+	var entries []string
+	for e := range p.index.setRefs {
+		if e.set == base {
+			entries = append(entries, e.entry)
 		}
 	}
-	// A leftover of an interrupted replacement goes first.
-	leftover := &ipset.Transaction{}
-	leftover.Destroy(tmp.Name)
-	if err := p.kernel.IPSet.Apply(ctx, leftover); err != nil && !ipset.IsNotFound(err) {
-		return fmt.Errorf("removing leftover ipset %s: %w", tmp.Name, err)
+	sort.Strings(entries)
+	r := ipset.NewReplacement(spec, entries)
+	if err := p.kernel.IPSet.Apply(ctx, r.Stage1()); err != nil {
+		return fmt.Errorf("preparing replacement %s for ipset %s: %w", r.Temp, spec.Name, err)
 	}
-	tx := &ipset.Transaction{}
-	tx.Create(&tmp)
-	fill(tx, tmp.Name)
-	if err := p.kernel.IPSet.Apply(ctx, tx); err != nil {
-		return fmt.Errorf("preparing replacement for ipset %s: %w", spec.Name, err)
-	}
-	p.names[base] = tmp.Name
+	p.names[base] = r.Temp
 	err := p.kernel.IPTables.RestoreAll(ctx, p.iptablesRules(), iptables.NoFlushTables, iptables.RestoreCount)
 	p.names[base] = spec.Name
 	if err != nil {
-		return fmt.Errorf("pointing rules at temporary ipset %s: %w", tmp.Name, err)
+		return fmt.Errorf("pointing rules at temporary ipset %s: %w", r.Temp, err)
 	}
-	tx = &ipset.Transaction{}
-	tx.Destroy(spec.Name)
-	tx.Create(spec)
-	fill(tx, spec.Name)
-	if err := p.kernel.IPSet.Apply(ctx, tx); err != nil {
-		return fmt.Errorf("recreating ipset %s with type %s: %w", spec.Name, spec.Type, err)
+	if err := p.kernel.IPSet.Apply(ctx, r.Stage2()); err != nil {
+		return fmt.Errorf("recreating ipset %s as %s: %w", spec.Name, spec.Type, err)
 	}
 	if err := p.kernel.IPTables.RestoreAll(ctx, p.iptablesRules(), iptables.NoFlushTables, iptables.RestoreCount); err != nil {
 		return fmt.Errorf("pointing rules back at ipset %s: %w", spec.Name, err)
 	}
-	tx = &ipset.Transaction{}
-	tx.Destroy(tmp.Name)
-	if err := p.kernel.IPSet.Apply(ctx, tx); err != nil {
-		return fmt.Errorf("destroying temporary ipset %s: %w", tmp.Name, err)
+	if err := p.kernel.IPSet.Apply(ctx, r.Stage3()); err != nil {
+		return fmt.Errorf("destroying temporary ipset %s: %w", r.Temp, err)
 	}
 	stats.IPSetOps += 3
 	p.applied.sets[spec.Name] = spec
 	for e := range p.applied.entries {
-		if e.set == base && !p.index.hasEntry(e) {
+		if e.set == base {
 			p.applied.entries.Delete(e)
 		}
 	}
-	for e := range p.index.setRefs {
-		if e.set == base {
-			p.applied.entries.Insert(e)
-		}
+	for _, e := range entries {
+		p.applied.entries.Insert(setEntry{base, e})
 	}
 	p.logger.Info("Replaced ipset of the wrong type", "ipset", spec.Name, "type", spec.Type)
 	return nil
-}
-
-func tempSetName(name string) string {
-	const suffix = "-TMP"
-	if len(name)+len(suffix) > ipsetNameMaxLen {
-		name = name[:ipsetNameMaxLen-len(suffix)]
-	}
-	return name + suffix
 }
 
 // syncHealthServers hands the eTP=Local health check ports and local endpoint counts

@@ -1,0 +1,459 @@
+package ipvs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	discovery "k8s.io/api/discovery/v1"
+
+	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/conntrack"
+	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/ipset"
+	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/iptables"
+	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/ipvs"
+	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/netlink"
+)
+
+func manyServices(n int) []any {
+	var objs []any
+	for i := 0; i < n; i++ {
+		name := fmt.Sprintf("svc-%d", i)
+		ip := fmt.Sprintf("10.96.%d.%d", i/250, i%250+1)
+		objs = append(objs,
+			makeService("ns", name, clusterIP(ip), port("p", v1.ProtocolTCP, 80, 0)),
+			makeSlice("ns", name, name+"-1", tcp("p", 8080),
+				endpoint(fmt.Sprintf("10.244.2.%d", i%250+1)), endpoint(fmt.Sprintf("10.244.3.%d", i%250+1))))
+	}
+	return objs
+}
+
+// TestIncrementalSyncIsProportionalToChange: with 1,000 Services, changing one
+// endpoint issues O(1) kernel operations and no kernel dump.
+func TestIncrementalSyncIsProportionalToChange(t *testing.T) {
+	e := newTestEnv(t, v1.IPv4Protocol)
+	e.start(manyServices(1000)...)
+	if got := strings.Count(e.ipvs.Dump(), "\n  -> "); got != 2000 {
+		t.Fatalf("expected 2000 real servers after the full sync, got %d", got)
+	}
+	e.ipvs.ResetOps()
+	e.ipset.ResetCounters()
+	e.ipt.ResetCounters()
+	e.nl.ResetOps()
+
+	old := makeSlice("ns", "svc-7", "svc-7-1", tcp("p", 8080), endpoint("10.244.2.8"), endpoint("10.244.3.8"))
+	cur := makeSlice("ns", "svc-7", "svc-7-1", tcp("p", 8080), endpoint("10.244.2.8"), endpoint("10.244.3.8"), endpoint("10.244.4.8"))
+	e.p.OnEndpointSliceUpdate(old, cur)
+	st := e.mustSync()
+	if st.Full {
+		t.Fatalf("expected a partial sync")
+	}
+	if st.Services != 1 {
+		t.Errorf("rebuilt %d services, want 1", st.Services)
+	}
+	ops := e.ipvs.Ops()
+	if ops[ipvs.OpAddRS] != 1 || ops[ipvs.OpListVS] != 0 || ops[ipvs.OpListRS] != 0 {
+		t.Errorf("IPVS ops = %v, want exactly one AddRealServer and no dumps", ops)
+	}
+	total := 0
+	for _, n := range ops {
+		total += n
+	}
+	if total > 3 {
+		t.Errorf("%d IPVS operations for a one-endpoint change, want <= 3: %v", total, ops)
+	}
+	if c := e.ipt.Counters(); c.Restores != 0 {
+		t.Errorf("iptables restored %d times for an endpoint change, want 0", c.Restores)
+	}
+	if e.ipset.Applies() > 1 {
+		t.Errorf("ipset applied %d batches, want <= 1", e.ipset.Applies())
+	}
+	if !strings.Contains(e.ipvs.Dump(), "-> 10.244.4.8:8080 Masq 1 0 0") {
+		t.Errorf("new real server missing")
+	}
+}
+
+// TestFailedApplyRetriesWithFullSync: a failed ipset batch fails the sync, schedules
+// a retry and makes the next sync a full one that repairs everything.
+func TestFailedApplyRetriesWithFullSync(t *testing.T) {
+	e := newTestEnv(t, v1.IPv4Protocol)
+	e.start(makeService("ns", "a", clusterIP("10.96.0.1"), port("p", v1.ProtocolTCP, 80, 0)),
+		makeSlice("ns", "a", "a-1", tcp("p", 80), endpoint("10.244.2.1")))
+
+	fail := errors.New("injected: ipset restore failed")
+	e.ipset.InjectError = func(int, string) error { return fail }
+	e.add(makeService("ns", "b", clusterIP("10.96.0.2"), port("p", v1.ProtocolTCP, 80, 0)))
+	e.add(makeSlice("ns", "b", "b-1", tcp("p", 80), endpoint("10.244.2.2")))
+	st := e.sync()
+	if st.Err == nil || !errors.Is(st.Err, fail) {
+		t.Fatalf("sync error = %v, want the injected failure", st.Err)
+	}
+	if !e.p.needFull || e.p.applied != nil {
+		t.Fatalf("after a failure the proxier must forget its state and force a full sync")
+	}
+	if e.p.retryDelay <= 0 {
+		t.Fatalf("no retry scheduled")
+	}
+	// The half-done sync must not have programmed b's virtual server before its sets.
+	if strings.Contains(e.ipvs.Dump(), "10.96.0.2:80") {
+		t.Errorf("virtual server programmed although its ipset members failed")
+	}
+
+	e.ipset.InjectError = nil
+	st = e.mustSync()
+	if !st.Full {
+		t.Fatalf("sync after a failure must be full")
+	}
+	diff(t, "ipvs", `
+TCP  10.96.0.1:80 rr
+  -> 10.244.2.1:80 Masq 1 0 0
+TCP  10.96.0.2:80 rr
+  -> 10.244.2.2:80 Masq 1 0 0
+`, e.ipvs.Dump())
+	if e.p.retryDelay != 0 {
+		t.Errorf("retry delay not reset after success")
+	}
+}
+
+// TestIPVSFailureMidSync: an IPVS error part-way leaves earlier services intact and
+// the next full sync completes the rest.
+func TestIPVSFailureMidSync(t *testing.T) {
+	e := newTestEnv(t, v1.IPv4Protocol)
+	e.start()
+	e.ipvs.InjectError(ipvs.OpAddRS, errors.New("injected"))
+	e.add(makeService("ns", "a", clusterIP("10.96.0.1"), port("p", v1.ProtocolTCP, 80, 0)))
+	e.add(makeSlice("ns", "a", "a-1", tcp("p", 80), endpoint("10.244.2.1")))
+	if st := e.sync(); st.Err == nil {
+		t.Fatalf("expected the injected error")
+	}
+	e.ipvs.InjectError(ipvs.OpAddRS, nil)
+	st := e.mustSync()
+	if !st.Full {
+		t.Fatalf("expected a full sync")
+	}
+	diff(t, "ipvs", "TCP  10.96.0.1:80 rr\n  -> 10.244.2.1:80 Masq 1 0 0", e.ipvs.Dump())
+}
+
+// TestTamperingRepairedOnFullSync: what someone else removes comes back on the next
+// full sync (every syncPeriod).
+func TestTamperingRepairedOnFullSync(t *testing.T) {
+	e := newTestEnv(t, v1.IPv4Protocol)
+	e.start(makeService("ns", "a", clusterIP("10.96.0.1"), port("p", v1.ProtocolTCP, 80, 0)),
+		makeSlice("ns", "a", "a-1", tcp("p", 80), endpoint("10.244.2.1")))
+	wantIPVS, wantSets, wantIPT, wantAddr := e.ipvs.Dump(), e.ipset.Dump(), e.iptablesSave(), e.nl.Dump()
+
+	ctx := context.Background()
+	vss, _ := e.ipvs.GetVirtualServers(ctx)
+	if err := e.ipvs.DeleteVirtualServer(ctx, vss[0]); err != nil {
+		t.Fatal(err)
+	}
+	tx := &ipset.Transaction{}
+	tx.Flush("KUBE-CLUSTER-IP")
+	if err := e.ipset.Apply(ctx, tx); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.ipt.FlushChain(ctx, "nat", "KUBE-SERVICES"); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.nl.UnbindAddress(ctx, net.ParseIP("10.96.0.1"), netlink.DefaultDummyDevice); err != nil {
+		t.Fatal(err)
+	}
+
+	// A partial sync trusts its memory...
+	if st := e.mustSync(); st.Full {
+		t.Fatalf("expected a partial sync before the period")
+	}
+	// ...the periodic full sync reads the kernel and repairs.
+	e.clock.Step(31 * time.Second)
+	if st := e.mustSync(); !st.Full {
+		t.Fatalf("expected a full sync after the sync period")
+	}
+	diff(t, "ipvs", wantIPVS, e.ipvs.Dump())
+	diff(t, "ipsets", wantSets, e.ipset.Dump())
+	diff(t, "iptables", wantIPT, e.iptablesSave())
+	diff(t, "addresses", wantAddr, e.nl.Dump())
+}
+
+// TestAdoptsUpstreamStateWithoutChurn: the kernel state upstream kube-proxy leaves is
+// adopted: no real server is removed and re-added, no virtual server recreated.
+func TestAdoptsUpstreamStateWithoutChurn(t *testing.T) {
+	first := newTestEnv(t, v1.IPv4Protocol)
+	objs := []any{
+		makeService("ns", "a", clusterIP("10.96.0.1"), port("p", v1.ProtocolTCP, 80, 30080)),
+		makeSlice("ns", "a", "a-1", tcp("p", 80), endpoint("10.244.2.1"), endpoint("10.244.1.2")),
+		makeService("ns", "d", clusterIP("10.96.0.53"), port("dns", v1.ProtocolUDP, 53, 0)),
+		makeSlice("ns", "d", "d-1", udp("dns", 53), endpoint("10.244.2.53")),
+	}
+	first.start(objs...)
+
+	// A new daemon over the same kernel (the fixture upstream leaves is the same state).
+	second := newTestEnv(t, v1.IPv4Protocol)
+	second.ipvs, second.ipset, second.ipt, second.nl, second.sc = first.ipvs, first.ipset, first.ipt, first.nl, first.sc
+	p, err := NewProxier(context.Background(), second.opts, second.kernel(), second.clock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	second.p = p
+	before := first.ipvs.Dump()
+	first.ipvs.ResetOps()
+	second.start(objs...)
+	ops := first.ipvs.Ops()
+	for _, op := range []string{ipvs.OpAddVS, ipvs.OpDelVS, ipvs.OpAddRS, ipvs.OpDelRS, ipvs.OpUpdateRS, ipvs.OpUpdateVS} {
+		if ops[op] != 0 {
+			t.Errorf("adoption issued %d %s, want 0 (ops %v)", ops[op], op, ops)
+		}
+	}
+	diff(t, "ipvs", before, first.ipvs.Dump())
+}
+
+// TestStuckWeightZeroRepairedAfterRestart (kubernetes#99162): a real server left at
+// weight 0 by a previous run is restored to weight 1 when its endpoint is ready.
+func TestStuckWeightZeroRepairedAfterRestart(t *testing.T) {
+	e := newTestEnv(t, v1.IPv4Protocol)
+	ctx := context.Background()
+	vs := &ipvs.VirtualServer{Address: net.ParseIP("10.96.0.1"), Protocol: "TCP", Port: 80, Scheduler: "rr"}
+	if err := e.ipvs.AddVirtualServer(ctx, vs); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.ipvs.AddRealServer(ctx, vs, &ipvs.RealServer{Address: net.ParseIP("10.244.2.1"), Port: 80, Weight: 0}); err != nil {
+		t.Fatal(err)
+	}
+	e.start(makeService("ns", "a", clusterIP("10.96.0.1"), port("p", v1.ProtocolTCP, 80, 0)),
+		makeSlice("ns", "a", "a-1", tcp("p", 80), endpoint("10.244.2.1")))
+	diff(t, "ipvs", "TCP  10.96.0.1:80 rr\n  -> 10.244.2.1:80 Masq 1 0 0", e.ipvs.Dump())
+}
+
+// TestGracefulTermination covers the drain rules (kubernetes#57841, #71514).
+func TestGracefulTermination(t *testing.T) {
+	svc := makeService("ns", "a", clusterIP("10.96.0.1"), port("p", v1.ProtocolTCP, 80, 0))
+	vs := &ipvs.VirtualServer{Address: net.ParseIP("10.96.0.1"), Protocol: "TCP", Port: 80, Scheduler: "rr"}
+	two := makeSlice("ns", "a", "a-1", tcp("p", 80), endpoint("10.244.2.1"), endpoint("10.244.2.2"))
+
+	t.Run("terminating endpoint drains at weight 0, then goes when its pod is gone", func(t *testing.T) {
+		e := newTestEnv(t, v1.IPv4Protocol)
+		e.start(svc, two)
+		term := makeSlice("ns", "a", "a-1", tcp("p", 80), endpoint("10.244.2.1"), endpoint("10.244.2.2", terminating(true)))
+		e.p.OnEndpointSliceUpdate(two, term)
+		e.mustSync()
+		diff(t, "ipvs", "TCP  10.96.0.1:80 rr\n  -> 10.244.2.1:80 Masq 1 0 0\n  -> 10.244.2.2:80 Masq 0 0 0", e.ipvs.Dump())
+		gone := makeSlice("ns", "a", "a-1", tcp("p", 80), endpoint("10.244.2.1"))
+		e.p.OnEndpointSliceUpdate(term, gone)
+		e.mustSync()
+		diff(t, "ipvs", "TCP  10.96.0.1:80 rr\n  -> 10.244.2.1:80 Masq 1 0 0", e.ipvs.Dump())
+	})
+
+	t.Run("vanished endpoint drains until its connections end", func(t *testing.T) {
+		e := newTestEnv(t, v1.IPv4Protocol)
+		e.start(svc, two)
+		if err := e.ipvs.SetRealServerConnections(vs, &ipvs.RealServer{Address: net.ParseIP("10.244.2.2"), Port: 80}, 3, 1); err != nil {
+			t.Fatal(err)
+		}
+		one := makeSlice("ns", "a", "a-1", tcp("p", 80), endpoint("10.244.2.1"))
+		e.p.OnEndpointSliceUpdate(two, one)
+		e.mustSync()
+		diff(t, "ipvs", "TCP  10.96.0.1:80 rr\n  -> 10.244.2.1:80 Masq 1 0 0\n  -> 10.244.2.2:80 Masq 0 3 1", e.ipvs.Dump())
+		e.clock.Step(3 * time.Second)
+		e.mustSync()
+		if !strings.Contains(e.ipvs.Dump(), "10.244.2.2") {
+			t.Fatalf("real server with connections deleted early")
+		}
+		if err := e.ipvs.SetRealServerConnections(vs, &ipvs.RealServer{Address: net.ParseIP("10.244.2.2"), Port: 80}, 0, 0); err != nil {
+			t.Fatal(err)
+		}
+		e.clock.Step(3 * time.Second)
+		e.mustSync()
+		diff(t, "ipvs", "TCP  10.96.0.1:80 rr\n  -> 10.244.2.1:80 Masq 1 0 0", e.ipvs.Dump())
+	})
+
+	t.Run("drain is bounded by the drain timeout", func(t *testing.T) {
+		e := newTestEnv(t, v1.IPv4Protocol)
+		e.start(svc, two)
+		if err := e.ipvs.SetRealServerConnections(vs, &ipvs.RealServer{Address: net.ParseIP("10.244.2.2"), Port: 80}, 5, 0); err != nil {
+			t.Fatal(err)
+		}
+		one := makeSlice("ns", "a", "a-1", tcp("p", 80), endpoint("10.244.2.1"))
+		e.p.OnEndpointSliceUpdate(two, one)
+		e.mustSync()
+		e.clock.Step(defaultDrainTimeout + time.Second)
+		e.mustSync()
+		diff(t, "ipvs", "TCP  10.96.0.1:80 rr\n  -> 10.244.2.1:80 Masq 1 0 0", e.ipvs.Dump())
+	})
+
+	t.Run("endpoint that comes back is restored to weight 1", func(t *testing.T) {
+		e := newTestEnv(t, v1.IPv4Protocol)
+		e.start(svc, two)
+		if err := e.ipvs.SetRealServerConnections(vs, &ipvs.RealServer{Address: net.ParseIP("10.244.2.2"), Port: 80}, 5, 0); err != nil {
+			t.Fatal(err)
+		}
+		one := makeSlice("ns", "a", "a-1", tcp("p", 80), endpoint("10.244.2.1"))
+		e.p.OnEndpointSliceUpdate(two, one)
+		e.mustSync()
+		e.p.OnEndpointSliceUpdate(one, two)
+		e.mustSync()
+		diff(t, "ipvs", "TCP  10.96.0.1:80 rr\n  -> 10.244.2.1:80 Masq 1 0 0\n  -> 10.244.2.2:80 Masq 1 5 0", e.ipvs.Dump())
+		if len(e.p.draining) != 0 {
+			t.Errorf("restored real server still draining")
+		}
+	})
+
+	t.Run("old kernels delete at once (conn_reuse_mode, kubernetes#81775)", func(t *testing.T) {
+		e := newTestEnv(t, v1.IPv4Protocol, func(o *Options) { o.KernelVersion = "5.4.0-150-generic" })
+		if v, _ := e.sc.GetSysctl("net/ipv4/vs/conn_reuse_mode"); v != 0 {
+			t.Errorf("conn_reuse_mode = %d, want 0 on 5.4", v)
+		}
+		e.start(svc, two)
+		if err := e.ipvs.SetRealServerConnections(vs, &ipvs.RealServer{Address: net.ParseIP("10.244.2.2"), Port: 80}, 5, 0); err != nil {
+			t.Fatal(err)
+		}
+		term := makeSlice("ns", "a", "a-1", tcp("p", 80), endpoint("10.244.2.1"), endpoint("10.244.2.2", terminating(true)))
+		e.p.OnEndpointSliceUpdate(two, term)
+		e.mustSync()
+		diff(t, "ipvs", "TCP  10.96.0.1:80 rr\n  -> 10.244.2.1:80 Masq 1 0 0", e.ipvs.Dump())
+	})
+
+	t.Run("UDP real servers and their conntrack flows go at once", func(t *testing.T) {
+		e := newTestEnv(t, v1.IPv4Protocol)
+		dns := makeService("ns", "d", clusterIP("10.96.0.53"), port("dns", v1.ProtocolUDP, 53, 0))
+		s2 := makeSlice("ns", "d", "d-1", udp("dns", 53), endpoint("10.244.2.1"), endpoint("10.244.2.2"))
+		e.start(dns, s2)
+		for i, rs := range []string{"10.244.2.1", "10.244.2.2"} {
+			e.ct.AddFlow(conntrack.Flow{Protocol: 17, OrigSrc: net.ParseIP("10.244.1.9"), OrigSrcPort: uint16(4000 + i),
+				OrigDst: net.ParseIP("10.96.0.53"), OrigDstPort: 53, ReplySrc: net.ParseIP(rs), ReplySrcPort: 53})
+		}
+		// An unrelated flow stays.
+		e.ct.AddFlow(conntrack.Flow{Protocol: 17, OrigSrc: net.ParseIP("10.244.1.9"), OrigSrcPort: 5000,
+			OrigDst: net.ParseIP("8.8.8.8"), OrigDstPort: 53, ReplySrc: net.ParseIP("8.8.8.8"), ReplySrcPort: 53})
+		s1 := makeSlice("ns", "d", "d-1", udp("dns", 53), endpoint("10.244.2.1"))
+		e.p.OnEndpointSliceUpdate(s2, s1)
+		e.mustSync()
+		diff(t, "ipvs", "UDP  10.96.0.53:53 rr\n  -> 10.244.2.1:53 Masq 1 0 0", e.ipvs.Dump())
+		flows, _ := e.ct.ListFlows(context.Background(), 17)
+		if len(flows) != 2 {
+			t.Fatalf("flows after cleanup = %v, want the live endpoint's and the unrelated one", e.ct.Dump())
+		}
+		for _, f := range flows {
+			if f.ReplySrc.String() == "10.244.2.2" {
+				t.Errorf("stale flow to the removed endpoint survived: %s", e.ct.Dump())
+			}
+		}
+	})
+}
+
+// TestServiceDeletionLeavesNothing: deleting the last Service leaves no virtual
+// server, address, ipset member or service rule.
+func TestServiceDeletionLeavesNothing(t *testing.T) {
+	e := newTestEnv(t, v1.IPv4Protocol)
+	svc := makeService("ns", "a", clusterIP("10.96.0.1"), port("p", v1.ProtocolTCP, 80, 30080), externalIPs("203.0.113.5"), lbIngress("203.0.113.6"), sourceRanges("198.18.0.0/24"))
+	sl := makeSlice("ns", "a", "a-1", tcp("p", 80), endpoint("10.244.1.2"))
+	e.start(svc, sl)
+	if e.ipvs.Dump() == "" || e.setMembers() == "" {
+		t.Fatalf("nothing programmed")
+	}
+	e.p.OnServiceDelete(svc)
+	e.p.OnEndpointSliceDelete(sl)
+	e.mustSync()
+	diff(t, "ipvs", "", e.ipvs.Dump())
+	diff(t, "ipset members", "", e.setMembers())
+	diff(t, "addresses", "eth0: 192.168.0.10 fd00:1::10\neth1: 192.168.1.10\nkube-ipvs0 (dummy):\nlo: 127.0.0.1 ::1", e.nl.Dump())
+	if strings.Contains(e.iptablesSave(), "KUBE-IPVS-OUT-FILTER -s") {
+		t.Errorf("LB out-filter rule left behind")
+	}
+}
+
+// TestWrongTypeSetReplaced (kubernetes#77265): a set of the wrong type left by an
+// older version is replaced while the rules keep referencing a complete set.
+func TestWrongTypeSetReplaced(t *testing.T) {
+	e := newTestEnv(t, v1.IPv4Protocol)
+	ctx := context.Background()
+	tx := &ipset.Transaction{}
+	tx.Create(&ipset.Set{Name: "KUBE-LOOP-BACK", Type: ipset.HashIPPort, Family: "inet", HashSize: 1024, MaxElem: 65536})
+	tx.Add("KUBE-LOOP-BACK", "10.244.1.2,tcp:80")
+	if err := e.ipset.Apply(ctx, tx); err != nil {
+		t.Fatal(err)
+	}
+	// An old rule in our chain still uses it; it goes when our chains are rewritten.
+	old := "*nat\n:KUBE-POSTROUTING - [0:0]\n-A KUBE-POSTROUTING -m set --match-set KUBE-LOOP-BACK dst,dst -j MASQUERADE\nCOMMIT\n"
+	if err := e.ipt.RestoreAll(ctx, []byte(old), iptables.NoFlushTables, iptables.NoRestoreCount); err != nil {
+		t.Fatal(err)
+	}
+	e.start(makeService("ns", "a", clusterIP("10.96.0.1"), port("p", v1.ProtocolTCP, 80, 0)),
+		makeSlice("ns", "a", "a-1", tcp("p", 80), endpoint("10.244.1.2")))
+	all, _ := e.ipset.SaveAll(ctx)
+	lb := all["KUBE-LOOP-BACK"]
+	if lb == nil || lb.Type != ipset.HashIPPortIP {
+		t.Fatalf("KUBE-LOOP-BACK not replaced: %+v", lb)
+	}
+	if len(lb.Entries) != 1 || lb.Entries[0] != "10.244.1.2,tcp:80,10.244.1.2" {
+		t.Errorf("KUBE-LOOP-BACK entries = %v", lb.Entries)
+	}
+	for name := range all {
+		if strings.Contains(name, "-T") && strings.HasPrefix(name, "KUBE-LOOP-BACK") {
+			t.Errorf("temporary set %s left behind", name)
+		}
+	}
+}
+
+// TestIPv6SetNames: the IPv6 proxier uses KUBE-6- sets cut to 31 characters.
+func TestIPv6SetNames(t *testing.T) {
+	e := newTestEnv(t, v1.IPv6Protocol)
+	svc := makeService("ns", "a", clusterIP("fd00:96::1"), port("p", v1.ProtocolSCTP, 80, 30080), lbIngress("2001:db8::5"), sourceRanges("2001:db8:1::/64"), etpLocal(31000))
+	svc.Spec.IPFamilies = []v1.IPFamily{v1.IPv6Protocol}
+	e.start(svc, makeSlice("ns", "a", "a-1", []slicePort{{"p", v1.ProtocolSCTP, 80}}, endpoint("fd00:244::1:5")))
+	all, _ := e.ipset.SaveAll(context.Background())
+	for name := range all {
+		if len(name) > 31 || !strings.HasPrefix(name, "KUBE-6-") {
+			t.Errorf("set %q: want KUBE-6- prefix and at most 31 characters", name)
+		}
+	}
+	for _, want := range []string{"KUBE-6-LOAD-BALANCER-SOURCE-CID", "KUBE-6-NODE-PORT-LOCAL-SCTP-HAS"} {
+		if all[want] == nil {
+			t.Errorf("set %s missing", want)
+		}
+	}
+	diff(t, "ipset members", `
+KUBE-6-CLUSTER-IP fd00:96::1,sctp:80
+KUBE-6-HEALTH-CHECK-NODE-PORT 31000
+KUBE-6-IPVS-IPS 2001:db8::5
+KUBE-6-IPVS-IPS fd00:96::1
+KUBE-6-LOAD-BALANCER 2001:db8::5,sctp:80
+KUBE-6-LOAD-BALANCER-FW 2001:db8::5,sctp:80
+KUBE-6-LOAD-BALANCER-LOCAL 2001:db8::5,sctp:80
+KUBE-6-LOAD-BALANCER-SOURCE-CID 2001:db8::5,sctp:80,2001:db8:1::/64
+KUBE-6-LOOP-BACK fd00:244::1:5,sctp:80,fd00:244::1:5
+KUBE-6-NODE-PORT-LOCAL-SCTP-HAS fd00:1::10,sctp:30080
+KUBE-6-NODE-PORT-SCTP-HASH fd00:1::10,sctp:30080
+`, e.setMembers())
+	if !strings.Contains(e.iptablesSave(), "-A KUBE-SERVICES -s ::1/128 -j RETURN") {
+		t.Errorf("IPv6 loopback rule missing")
+	}
+}
+
+// TestVirtualServerFlags: session affinity, mh and excludeCIDRs.
+func TestVirtualServerFlags(t *testing.T) {
+	e := newTestEnv(t, v1.IPv4Protocol, func(o *Options) {
+		o.Scheduler = "mh"
+		_, c, _ := net.ParseCIDR("10.200.0.0/16")
+		o.ExcludeCIDRs = []*net.IPNet{c}
+	})
+	ctx := context.Background()
+	foreign := &ipvs.VirtualServer{Address: net.ParseIP("10.200.0.1"), Protocol: "TCP", Port: 9999, Scheduler: "wrr"}
+	if err := e.ipvs.AddVirtualServer(ctx, foreign); err != nil {
+		t.Fatal(err)
+	}
+	e.start(makeService("ns", "a", clusterIP("10.96.0.1"), port("p", v1.ProtocolTCP, 80, 0), affinity(600)),
+		makeSlice("ns", "a", "a-1", tcp("p", 80), endpoint("10.244.2.1")))
+	diff(t, "ipvs", `
+TCP  10.96.0.1:80 mh mh-port persistent 600
+  -> 10.244.2.1:80 Masq 1 0 0
+TCP  10.200.0.1:9999 wrr
+`, e.ipvs.Dump())
+}
+
+func init() {
+	// keep imports used while the test list grows
+	_ = discovery.AddressTypeIPv4
+}
