@@ -3,14 +3,198 @@ package app
 import (
 	"context"
 	"fmt"
+	"net"
+	"strings"
+
+	"golang.org/x/sys/unix"
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/klog/v2"
+	"k8s.io/kube-proxy/config/v1alpha1"
+	utilexec "k8s.io/utils/exec"
 
 	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/proxy"
+	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/proxy/healthcheck"
+	ipvsproxy "github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/proxy/ipvs"
+	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/proxy/metaproxier"
+	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/conntrack"
+	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/ipset"
+	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/iptables"
+	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/ipvs"
+	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/kernel"
+	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/netlink"
 )
 
 // createProxier builds the ipvs proxier (one per family in s.IPFamilies behind a
-// meta-proxier when dual-stack) from s.Config, s.NodeName, s.NodeIPs,
-// s.PrimaryIPFamily, s.NodePortAddresses, s.Client, s.Recorder, s.HealthzServer
-// and s.Sysctl. Its SyncLoop must return when ctx ends.
+// meta-proxier when dual-stack) over the real kernel interfaces. Its SyncLoop returns
+// when ctx ends.
 func createProxier(ctx context.Context, s *ProxyServer) (proxy.Provider, error) {
-	return nil, fmt.Errorf("ipvs proxier: %w", errNotImplemented)
+	logger := klog.FromContext(ctx)
+	cfg := s.Config
+	ipvsHandle, err := ipvs.New("")
+	if err != nil {
+		return nil, fmt.Errorf("the ipvs proxy mode needs IPVS in the kernel: %w", err)
+	}
+	if err := ipvsproxy.CanUseIPVS(ctx, ipvsHandle, cfg.IPVS.Scheduler); err != nil {
+		return nil, err
+	}
+	nl, err := netlink.New()
+	if err != nil {
+		return nil, fmt.Errorf("opening rtnetlink: %w", err)
+	}
+	exec := utilexec.New()
+	mode, err := iptables.DetectMode(ctx, exec)
+	if err != nil {
+		return nil, fmt.Errorf("choosing the iptables backend: %w", err)
+	}
+	logger.Info("Using iptables backend", "mode", mode)
+	ipsetHandle := ipset.New(exec)
+	kernelRelease := ""
+	if v, err := kernel.ReadVersion(kernel.DefaultRoot); err == nil {
+		kernelRelease = v.String()
+	} else {
+		logger.Error(err, "Failed to read the kernel version; assuming a current kernel")
+	}
+	excludeCIDRs, err := parseCIDRs(cfg.IPVS.ExcludeCIDRs)
+	if err != nil {
+		return nil, err
+	}
+	masqBit := 14
+	if cfg.IPTables.MasqueradeBit != nil {
+		masqBit = int(*cfg.IPTables.MasqueradeBit)
+	}
+
+	proxiers := map[v1.IPFamily]proxy.Provider{}
+	for _, family := range s.IPFamilies {
+		ipt := iptables.New(exec, iptablesProtocol(family), mode)
+		af := uint8(unix.AF_INET)
+		if family == v1.IPv6Protocol {
+			af = unix.AF_INET6
+		}
+		var ct conntrack.Interface
+		if c, err := conntrack.New(af); err == nil {
+			ct = c
+		} else {
+			logger.Error(err, "Conntrack is not available; stale UDP flows will only expire", "ipFamily", family)
+		}
+		var serviceHealth ipvsproxy.ServiceHealthServer
+		listenIPs := nodePortListenIPs(s.NodePortAddresses, family)
+		var hz ipvsproxy.HealthzUpdater
+		if s.HealthzServer != nil {
+			hz = s.HealthzServer
+		}
+		serviceHealth = healthcheck.NewServiceHealthServerForFamily(s.NodeName, s.Recorder, family, listenIPs, s.HealthzServer)
+		opts := ipvsproxy.Options{
+			IPFamily:          family,
+			NodeName:          s.NodeName,
+			NodeIP:            s.NodeIPs[family],
+			SyncPeriod:        cfg.IPVS.SyncPeriod.Duration,
+			MinSyncPeriod:     cfg.IPVS.MinSyncPeriod.Duration,
+			Scheduler:         cfg.IPVS.Scheduler,
+			ExcludeCIDRs:      excludeCIDRs,
+			StrictARP:         cfg.IPVS.StrictARP,
+			TCPTimeout:        cfg.IPVS.TCPTimeout.Duration,
+			TCPFinTimeout:     cfg.IPVS.TCPFinTimeout.Duration,
+			UDPTimeout:        cfg.IPVS.UDPTimeout.Duration,
+			MasqueradeAll:     cfg.IPTables.MasqueradeAll,
+			MasqueradeBit:     masqBit,
+			LocalDetectorArgs: localDetectorArgs(logger, cfg, s.PodCIDRs, family),
+			NodePortAddresses: familyCIDRs(s.NodePortAddresses, family),
+			Recorder:          s.Recorder,
+			HealthzServer:     hz,
+			ServiceHealth:     serviceHealth,
+			KernelVersion:     kernelRelease,
+		}
+		p, err := ipvsproxy.NewProxier(ctx, opts, ipvsproxy.Kernel{
+			IPVS: ipvsHandle, IPSet: ipsetHandle, IPTables: ipt, Netlink: nl, Sysctl: s.Sysctl, Conntrack: ct,
+		}, nil)
+		if err != nil {
+			return nil, fmt.Errorf("creating the %s proxier: %w", family, err)
+		}
+		proxiers[family] = p
+	}
+	if len(proxiers) == 2 {
+		return metaproxier.New(proxiers[v1.IPv4Protocol], proxiers[v1.IPv6Protocol]), nil
+	}
+	return proxiers[s.IPFamilies[0]], nil
+}
+
+func iptablesProtocol(family v1.IPFamily) iptables.Protocol {
+	if family == v1.IPv6Protocol {
+		return iptables.ProtocolIPv6
+	}
+	return iptables.ProtocolIPv4
+}
+
+func parseCIDRs(list []string) ([]*net.IPNet, error) {
+	var out []*net.IPNet
+	for _, s := range list {
+		_, c, err := net.ParseCIDR(strings.TrimSpace(s))
+		if err != nil {
+			return nil, fmt.Errorf("invalid CIDR %q: %w", s, err)
+		}
+		out = append(out, c)
+	}
+	return out, nil
+}
+
+func isIPv6CIDR(s string) bool { return strings.Contains(s, ":") }
+
+// familyCIDRs keeps the entries of one family (CIDRs and the "primary" keyword).
+func familyCIDRs(list []string, family v1.IPFamily) []string {
+	var out []string
+	for _, s := range list {
+		if s == "primary" || isIPv6CIDR(s) == (family == v1.IPv6Protocol) {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// nodePortListenIPs are the addresses health check servers listen on: the IPs of
+// host-length nodePortAddresses, or every address (nil) otherwise, as upstream.
+func nodePortListenIPs(list []string, family v1.IPFamily) []net.IP {
+	var ips []net.IP
+	for _, s := range familyCIDRs(list, family) {
+		_, c, err := net.ParseCIDR(s)
+		if err != nil {
+			continue
+		}
+		ones, bits := c.Mask.Size()
+		if ones != bits {
+			return nil
+		}
+		ips = append(ips, c.IP)
+	}
+	return ips
+}
+
+// localDetectorArgs returns iptables arguments matching traffic that does not come
+// from a local pod, per detectLocalMode; nil when it cannot be detected.
+func localDetectorArgs(logger klog.Logger, cfg *v1alpha1.KubeProxyConfiguration, podCIDRs []string, family v1.IPFamily) []string {
+	pick := func(cidrs []string) string {
+		for _, c := range cidrs {
+			c = strings.TrimSpace(c)
+			if c != "" && isIPv6CIDR(c) == (family == v1.IPv6Protocol) {
+				return c
+			}
+		}
+		return ""
+	}
+	switch cfg.DetectLocalMode {
+	case "ClusterCIDR", "":
+		if c := pick(strings.Split(cfg.ClusterCIDR, ",")); c != "" {
+			return []string{"!", "-s", c}
+		}
+		logger.Info("Detect-local-mode set to ClusterCIDR, but no cluster CIDR for family", "ipFamily", family)
+	case "NodeCIDR":
+		if c := pick(podCIDRs); c != "" {
+			return []string{"!", "-s", c}
+		}
+		logger.Info("Detect-local-mode set to NodeCIDR, but no PodCIDR defined at node for family", "ipFamily", family)
+	case "BridgeInterface":
+		return []string{"!", "-i", cfg.DetectLocal.BridgeInterface}
+	case "InterfaceNamePrefix":
+		return []string{"!", "-i", cfg.DetectLocal.InterfaceNamePrefix + "+"}
+	}
+	return nil
 }
