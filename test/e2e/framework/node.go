@@ -1,0 +1,165 @@
+package framework
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// Node wraps the VM as a Kubernetes node: pods on cbr0 and our kube-proxy.
+type Node struct {
+	VM           *VM
+	proxyPID     int
+	ProxyLogPath string
+}
+
+// SetupNode creates the pod bridge in the VM.
+func SetupNode(ctx context.Context, vm *VM) (*Node, error) {
+	if _, err := vm.Sh(ctx, "bash /kpi/scripts/node-setup.sh"); err != nil {
+		return nil, fmt.Errorf("setting up the node: %w", err)
+	}
+	return &Node{VM: vm, ProxyLogPath: "/tmp/kube-proxy.log"}, nil
+}
+
+// Pod is a network namespace on cbr0 running the e2e-agent server.
+type Pod struct {
+	Name string
+	IP   string
+	pid  int
+}
+
+// AddPod creates a pod namespace with ip and starts its server on port 8080
+// (TCP and UDP), then waits until the node can reach it directly.
+func (n *Node) AddPod(ctx context.Context, name, ip string) (*Pod, error) {
+	if _, err := n.VM.Sh(ctx, fmt.Sprintf("bash /kpi/scripts/pod.sh add %s %s", name, ip)); err != nil {
+		return nil, fmt.Errorf("creating pod %s: %w", name, err)
+	}
+	pid, err := n.VM.Start(ctx, "/tmp/pod-"+name+".log", "ip", "netns", "exec", name,
+		"/kpi/bin/e2e-agent", "serve", "--name", name, "--port", "8080")
+	if err != nil {
+		return nil, err
+	}
+	p := &Pod{Name: name, IP: ip, pid: pid}
+	err = Eventually(ctx, 30*time.Second, 300*time.Millisecond, func(ctx context.Context) error {
+		out, err := n.Client(ctx, "tcp", ip+":8080", 1)
+		if err != nil {
+			return err
+		}
+		if !strings.HasPrefix(out, name+" ") {
+			return fmt.Errorf("pod %s answered %q", name, out)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("pod %s (%s) not answering: %w", name, ip, err)
+	}
+	return p, nil
+}
+
+// DeletePod stops a pod's server and removes its namespace.
+func (n *Node) DeletePod(ctx context.Context, p *Pod) error {
+	_ = n.VM.Signal(ctx, p.pid, syscall.SIGKILL)
+	_, err := n.VM.Sh(ctx, "bash /kpi/scripts/pod.sh del "+p.Name)
+	return err
+}
+
+// Client runs `e2e-agent client` from the node's root namespace and returns
+// its output (one line per attempt) whatever its exit code.
+func (n *Node) Client(ctx context.Context, proto, addr string, count int) (string, error) {
+	return n.ClientFrom(ctx, "", proto, addr, count)
+}
+
+// ClientFrom is Client run inside pod namespace ns ("" = the node).
+func (n *Node) ClientFrom(ctx context.Context, ns, proto, addr string, count int) (string, error) {
+	argv := []string{"/kpi/bin/e2e-agent", "client", "--proto", proto, "--addr", addr, "--count", fmt.Sprint(count), "--timeout", "2s"}
+	if ns != "" {
+		argv = append([]string{"ip", "netns", "exec", ns}, argv...)
+	}
+	r, err := n.VM.Exec(ctx, argv...)
+	if err != nil {
+		return "", err
+	}
+	return strings.TrimSpace(r.Stdout), nil
+}
+
+// KubeProxyConfig is the KubeProxyConfiguration our kube-proxy runs with in
+// the VM; extra is appended verbatim (more top-level fields).
+func KubeProxyConfig(extra string) string {
+	return `apiVersion: kubeproxy.config.k8s.io/v1alpha1
+kind: KubeProxyConfiguration
+mode: ipvs
+clientConnection:
+  kubeconfig: /kpi/kube-proxy/kubeconfig
+hostnameOverride: ` + NodeName + `
+clusterCIDR: 10.244.0.0/16
+metricsBindAddress: 127.0.0.1:10249
+healthzBindAddress: 0.0.0.0:10256
+conntrack:
+  maxPerCore: 0
+ipvs:
+  scheduler: rr
+  syncPeriod: 10s
+  minSyncPeriod: 0s
+` + extra
+}
+
+// StartKubeProxy starts /kpi/bin/kube-proxy in the VM as in production:
+// --config with a KubeProxyConfiguration (mode ipvs) and --kubeconfig with the
+// system:kube-proxy token pointing at https://10.0.2.100:6443.
+func (n *Node) StartKubeProxy(ctx context.Context, cp *ControlPlane, config string) error {
+	if err := n.VM.WriteFile(ctx, "/kpi/kube-proxy/kubeconfig", cp.ProxyKubeconfig(), 0o600); err != nil {
+		return err
+	}
+	if err := n.VM.WriteFile(ctx, "/kpi/kube-proxy/config.yaml", []byte(config), 0o644); err != nil {
+		return err
+	}
+	pid, err := n.VM.Start(ctx, n.ProxyLogPath, "/kpi/bin/kube-proxy",
+		"--config=/kpi/kube-proxy/config.yaml", "--kubeconfig=/kpi/kube-proxy/kubeconfig", "--v=2")
+	if err != nil {
+		return fmt.Errorf("starting kube-proxy in the VM: %w", err)
+	}
+	n.proxyPID = pid
+	return nil
+}
+
+// KubeProxyRunning reports whether the kube-proxy process is still alive.
+func (n *Node) KubeProxyRunning(ctx context.Context) bool {
+	if n.proxyPID == 0 {
+		return false
+	}
+	r, err := n.VM.Exec(ctx, "bash", "-c", fmt.Sprintf("test -d /proc/%d && ! grep -q '^State:.*Z' /proc/%d/status", n.proxyPID, n.proxyPID))
+	return err == nil && r.ExitCode == 0
+}
+
+// StopKubeProxy sends SIGTERM and waits up to 20 s for it to exit.
+func (n *Node) StopKubeProxy(ctx context.Context) error {
+	if n.proxyPID == 0 {
+		return nil
+	}
+	if err := n.VM.Signal(ctx, n.proxyPID, syscall.SIGTERM); err != nil {
+		return err
+	}
+	err := Eventually(ctx, 20*time.Second, 500*time.Millisecond, func(ctx context.Context) error {
+		if n.KubeProxyRunning(ctx) {
+			return fmt.Errorf("kube-proxy (pid %d) still running", n.proxyPID)
+		}
+		return nil
+	})
+	n.proxyPID = 0
+	return err
+}
+
+// KubeProxyLog returns the last lines of kube-proxy's log in the VM.
+func (n *Node) KubeProxyLog(ctx context.Context, lines int) string {
+	out, _ := n.VM.Sh(ctx, fmt.Sprintf("tail -n %d %s 2>&1", lines, n.ProxyLogPath))
+	return out
+}
+
+// KernelState dumps what a reviewer wants to see after a failure.
+func (n *Node) KernelState(ctx context.Context) string {
+	out, _ := n.VM.Sh(ctx, `echo '# ipvsadm -Ln'; ipvsadm -Ln 2>&1; echo '# ip addr show kube-ipvs0'; ip addr show kube-ipvs0 2>&1;
+echo '# ipset list -t'; ipset list -t 2>&1 | head -80; echo '# iptables-save'; iptables-save 2>&1 | head -120`)
+	return out
+}

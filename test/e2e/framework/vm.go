@@ -1,0 +1,318 @@
+package framework
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/test/e2e/agentproto"
+)
+
+// Guest addresses of the qemu guestfwd channels. restrict=on user networking
+// lets the guest reach nothing but these.
+const (
+	guestAgentAddr = "10.0.2.101:7000"
+	// NodeIP is the VM's eth0 address, the Node's InternalIP.
+	NodeIP = "10.0.2.15"
+	// NodeName is the VM's hostname and Node object name.
+	NodeName = "kpi-node"
+)
+
+// VMOptions configures BootVM.
+type VMOptions struct {
+	// APIServerPort, when set, is forwarded to the guest as 10.0.2.100:6443.
+	APIServerPort int
+	// Files to put in the guest: guest absolute path -> host path.
+	Files     map[string]string
+	MemoryMiB int
+	CPUs      int
+}
+
+// VM is a running qemu guest with the e2e agent serving requests.
+type VM struct {
+	Console string // path of the guest console log on the host
+	work    string
+	qemu    *exec.Cmd
+	ln      net.Listener
+	conns   chan net.Conn
+	logf    Logf
+	exited  chan struct{}
+}
+
+// Result is the outcome of a command run in the guest.
+type Result struct {
+	ExitCode int
+	Stdout   string
+	Stderr   string
+}
+
+func runScript(ctx context.Context, argv ...string) (string, error) {
+	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
+	cmd.Stderr = os.Stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return "", fmt.Errorf("running %s: %w", strings.Join(argv, " "), err)
+	}
+	return strings.TrimSpace(string(out)), nil
+}
+
+// BootVM prepares (or reuses) the kernel and base initramfs, builds the e2e
+// agent, boots qemu and waits until the agent answers.
+func BootVM(ctx context.Context, root string, opts VMOptions, logf Logf) (*VM, error) {
+	start := time.Now()
+	vmDir := filepath.Join(root, "test/e2e/vm")
+	kdir, err := runScript(ctx, filepath.Join(vmDir, "build-kernel.sh"))
+	if err != nil {
+		return nil, err
+	}
+	base, err := runScript(ctx, filepath.Join(vmDir, "build-initramfs.sh"), kdir)
+	if err != nil {
+		return nil, err
+	}
+	accel, err := runScript(ctx, filepath.Join(vmDir, "accel.sh"), filepath.Join(kdir, "vmlinux"))
+	if err != nil {
+		return nil, err
+	}
+	work, err := os.MkdirTemp("", "kpi-e2e-vm-")
+	if err != nil {
+		return nil, err
+	}
+	vm := &VM{work: work, Console: filepath.Join(work, "console.log"), conns: make(chan net.Conn, 4), logf: logf, exited: make(chan struct{})}
+	ok := false
+	defer func() {
+		if !ok {
+			vm.Stop()
+		}
+	}()
+
+	agent := filepath.Join(work, "e2e-agent")
+	build := exec.CommandContext(ctx, "go", "build", "-o", agent, "./test/e2e/cmd/e2e-agent")
+	build.Dir = root
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("building e2e-agent: %w\n%s", err, out)
+	}
+	files := map[string]string{"/kpi/bin/e2e-agent": agent}
+	scripts, _ := filepath.Glob(filepath.Join(vmDir, "guest", "*.sh"))
+	for _, s := range scripts {
+		files["/kpi/scripts/"+filepath.Base(s)] = s
+	}
+	for dst, src := range opts.Files {
+		files[dst] = src
+	}
+	specs := []string{filepath.Join(work, "extra.cpio.gz")}
+	for dst, src := range files {
+		specs = append(specs, src+"="+dst)
+	}
+	sort.Strings(specs[1:])
+	if _, err := runScript(ctx, append([]string{filepath.Join(vmDir, "mkcpio.sh")}, specs...)...); err != nil {
+		return nil, err
+	}
+	initrd := filepath.Join(work, "initrd.gz")
+	if err := concatFiles(initrd, base, specs[0]); err != nil {
+		return nil, err
+	}
+
+	vm.ln, err = net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	go vm.accept()
+	netdev := "user,id=n0,restrict=on"
+	if opts.APIServerPort != 0 {
+		netdev += fmt.Sprintf(",guestfwd=tcp:%s-cmd:socat - TCP:127.0.0.1:%d", VMAPIServerAddress, opts.APIServerPort)
+	}
+	netdev += fmt.Sprintf(",guestfwd=tcp:%s-cmd:socat - TCP:%s", guestAgentAddr, vm.ln.Addr())
+	mem, cpus := opts.MemoryMiB, opts.CPUs
+	if mem == 0 {
+		mem = 1024
+	}
+	if cpus == 0 {
+		cpus = 2
+	}
+	argv := append([]string{"qemu-system-x86_64"}, strings.Fields(accel)...)
+	argv = append(argv, "-machine", "pc", "-smp", fmt.Sprint(cpus), "-m", fmt.Sprint(mem),
+		"-nodefaults", "-no-user-config", "-nographic", "-no-reboot", "-display", "none",
+		"-serial", "stdio",
+		"-netdev", netdev, "-device", "virtio-net-pci,netdev=n0,romfile=",
+		"-kernel", filepath.Join(kdir, "vmlinux"), "-initrd", initrd,
+		"-append", "console=ttyS0 quiet loglevel=1 panic=-1 kpi.mode=agent kpi.agent="+guestAgentAddr)
+	vm.qemu, err = startLogged(vm.Console, argv...)
+	if err != nil {
+		return nil, fmt.Errorf("starting qemu: %w", err)
+	}
+	go func() {
+		_ = vm.qemu.Wait()
+		close(vm.exited)
+	}()
+	logf("booting the VM (%s)", accel)
+	pingCtx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+	defer cancel()
+	if _, err := vm.do(pingCtx, agentproto.Request{Op: agentproto.OpPing}); err != nil {
+		tail, _ := tailFile(vm.Console, 40)
+		return nil, fmt.Errorf("the VM agent did not answer: %w; console tail:\n%s", err, tail)
+	}
+	logf("VM ready after %s", time.Since(start).Round(time.Second))
+	ok = true
+	return vm, nil
+}
+
+func concatFiles(dst string, srcs ...string) error {
+	var all []byte
+	for _, s := range srcs {
+		b, err := os.ReadFile(s)
+		if err != nil {
+			return err
+		}
+		all = append(all, b...)
+	}
+	return os.WriteFile(dst, all, 0o644)
+}
+
+func (vm *VM) accept() {
+	for {
+		c, err := vm.ln.Accept()
+		if err != nil {
+			return
+		}
+		vm.conns <- c
+	}
+}
+
+// do sends one request on one fresh agent connection.
+func (vm *VM) do(ctx context.Context, req agentproto.Request) (agentproto.Response, error) {
+	var resp agentproto.Response
+	for {
+		var c net.Conn
+		select {
+		case c = <-vm.conns:
+		case <-vm.exited:
+			return resp, errors.New("the VM exited")
+		case <-ctx.Done():
+			return resp, ctx.Err()
+		}
+		if dl, ok := ctx.Deadline(); ok {
+			_ = c.SetDeadline(dl)
+		}
+		err := json.NewEncoder(c).Encode(req)
+		if err == nil {
+			err = json.NewDecoder(c).Decode(&resp)
+		}
+		c.Close()
+		if err == nil {
+			return resp, nil
+		}
+		if ctx.Err() != nil {
+			return resp, fmt.Errorf("agent request %s %q: %w", req.Op, req.Argv, ctx.Err())
+		}
+		// A connection that died before carrying the request (socat
+		// restarted, agent still starting): take the next one.
+		if req.Op != agentproto.OpPing && !errors.Is(err, syscall.EPIPE) && !isEOF(err) {
+			return resp, fmt.Errorf("agent request %s %q: %w", req.Op, req.Argv, err)
+		}
+	}
+}
+
+func isEOF(err error) bool {
+	return err != nil && (errors.Is(err, net.ErrClosed) || err.Error() == "EOF" || errors.Is(err, syscall.ECONNRESET))
+}
+
+// Exec runs argv in the guest (as root, in the root network namespace) and
+// waits for it. The error is set only when the command could not be run.
+func (vm *VM) Exec(ctx context.Context, argv ...string) (Result, error) {
+	timeout := 2 * time.Minute
+	if dl, ok := ctx.Deadline(); ok {
+		timeout = time.Until(dl)
+	}
+	cctx, cancel := context.WithTimeout(ctx, timeout+10*time.Second)
+	defer cancel()
+	resp, err := vm.do(cctx, agentproto.Request{Op: agentproto.OpExec, Argv: argv, Timeout: timeout})
+	if err != nil {
+		return Result{}, err
+	}
+	r := Result{ExitCode: resp.ExitCode, Stdout: string(resp.Stdout), Stderr: string(resp.Stderr)}
+	if resp.Error != "" {
+		return r, fmt.Errorf("guest: %s", resp.Error)
+	}
+	return r, nil
+}
+
+// Sh runs a bash script in the guest and returns its stdout; a non-zero exit
+// is an error carrying stderr.
+func (vm *VM) Sh(ctx context.Context, script string) (string, error) {
+	r, err := vm.Exec(ctx, "bash", "-c", script)
+	if err != nil {
+		return r.Stdout, err
+	}
+	if r.ExitCode != 0 {
+		return r.Stdout, fmt.Errorf("guest script exited %d: %s\nstderr: %s", r.ExitCode, script, strings.TrimSpace(r.Stderr))
+	}
+	return r.Stdout, nil
+}
+
+// Start runs argv in the background in the guest, output appended to logPath
+// (in the guest), and returns its PID.
+func (vm *VM) Start(ctx context.Context, logPath string, argv ...string) (int, error) {
+	resp, err := vm.do(ctx, agentproto.Request{Op: agentproto.OpStart, Argv: argv, Log: logPath})
+	if err != nil {
+		return 0, err
+	}
+	if resp.Error != "" {
+		return 0, fmt.Errorf("guest: starting %q: %s", argv, resp.Error)
+	}
+	return resp.PID, nil
+}
+
+// Signal sends sig to a process Start started.
+func (vm *VM) Signal(ctx context.Context, pid int, sig syscall.Signal) error {
+	resp, err := vm.do(ctx, agentproto.Request{Op: agentproto.OpSignal, PID: pid, Signal: int(sig)})
+	if err != nil {
+		return err
+	}
+	if resp.Error != "" {
+		return fmt.Errorf("guest: signalling %d: %s", pid, resp.Error)
+	}
+	return nil
+}
+
+// WriteFile writes a file in the guest.
+func (vm *VM) WriteFile(ctx context.Context, path string, data []byte, mode os.FileMode) error {
+	resp, err := vm.do(ctx, agentproto.Request{Op: agentproto.OpWrite, Path: path, Data: data, Mode: uint32(mode)})
+	if err != nil {
+		return err
+	}
+	if resp.Error != "" {
+		return fmt.Errorf("guest: writing %s: %s", path, resp.Error)
+	}
+	return nil
+}
+
+// Stop kills qemu (by PID; the guest is throwaway) and removes the work dir.
+func (vm *VM) Stop() {
+	if vm.ln != nil {
+		vm.ln.Close()
+	}
+	if vm.qemu != nil && vm.qemu.Process != nil {
+		_ = vm.qemu.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-vm.exited:
+		case <-time.After(5 * time.Second):
+			_ = vm.qemu.Process.Kill()
+			<-vm.exited
+		}
+	}
+	if os.Getenv("KPI_E2E_KEEP") == "" {
+		os.RemoveAll(vm.work)
+	} else if vm.logf != nil {
+		vm.logf("VM console kept in %s", vm.Console)
+	}
+}

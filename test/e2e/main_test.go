@@ -1,0 +1,233 @@
+//go:build e2e
+
+// Package e2e runs kube-proxy-ipvs end to end: a real kube-apiserver and etcd
+// on 127.0.0.1, a qemu VM with Debian's kernel (IPVS, ipset, iptables) as the
+// node, pods as network namespaces on a bridge in the VM, and our kube-proxy
+// binary run in the VM as in production. Run with test/e2e/run.sh (make e2e).
+//
+// Addresses: pods 10.244.0.0/24 on cbr0 (gateway 10.244.0.1), Services
+// 10.96.0.0/16 (allocated by the apiserver), node 10.0.2.15 (eth0, qemu user
+// network with restrict=on, no default route), the apiserver at 10.0.2.100:6443
+// and the agent control channel at 10.0.2.101:7000 (qemu guestfwd).
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/test/e2e/framework"
+)
+
+var (
+	repoRoot string
+	cp       *framework.ControlPlane
+	vm       *framework.VM
+	node     *framework.Node
+
+	proxyOnce sync.Once
+	proxyErr  error
+)
+
+func logf(format string, args ...any) {
+	fmt.Printf("%s e2e: %s\n", time.Now().UTC().Format("15:04:05"), fmt.Sprintf(format, args...))
+}
+
+func TestMain(m *testing.M) {
+	os.Exit(run(m))
+}
+
+func run(m *testing.M) int {
+	if os.Geteuid() != 0 {
+		fmt.Println("e2e: FAIL: the end-to-end suite must run as root (qemu, namespaces in the VM)")
+		return 1
+	}
+	ctx := context.Background()
+	var err error
+	if repoRoot, err = framework.RepoRoot(); err != nil {
+		fmt.Println("e2e: FAIL:", err)
+		return 1
+	}
+	bin := os.Getenv("KPI_KUBE_PROXY")
+	if bin == "" {
+		bin = filepath.Join(repoRoot, "bin/kube-proxy")
+	}
+	if _, err := os.Stat(bin); err != nil {
+		fmt.Printf("e2e: FAIL: %s missing: run `make build` (CGO_ENABLED=0) first\n", bin)
+		return 1
+	}
+	start := time.Now()
+	cp, err = framework.StartControlPlane(ctx, repoRoot, logf)
+	if err != nil {
+		fmt.Println("e2e: FAIL: control plane:", err)
+		return 1
+	}
+	defer cp.Stop()
+	if err := framework.CreateNode(ctx, cp.Client); err != nil {
+		fmt.Println("e2e: FAIL:", err)
+		return 1
+	}
+	vm, err = framework.BootVM(ctx, repoRoot, framework.VMOptions{
+		APIServerPort: cp.Port,
+		Files:         map[string]string{"/kpi/bin/kube-proxy": bin},
+	}, logf)
+	if err != nil {
+		fmt.Println("e2e: FAIL: VM:", err)
+		return 1
+	}
+	defer vm.Stop()
+	if node, err = framework.SetupNode(ctx, vm); err != nil {
+		fmt.Println("e2e: FAIL:", err)
+		return 1
+	}
+	logf("testbed ready in %s", time.Since(start).Round(time.Second))
+	code := m.Run()
+	if node.KubeProxyRunning(ctx) {
+		if err := node.StopKubeProxy(ctx); err != nil {
+			logf("stopping kube-proxy: %v", err)
+		}
+	}
+	return code
+}
+
+// requireKubeProxy starts our kube-proxy in the VM once, for every scenario
+// that needs it, and fails the calling test loudly when it cannot run.
+func requireKubeProxy(t *testing.T) {
+	t.Helper()
+	proxyOnce.Do(func() {
+		ctx := context.Background()
+		if err := node.StartKubeProxy(ctx, cp, framework.KubeProxyConfig("")); err != nil {
+			proxyErr = err
+			return
+		}
+		// Ready when it has created its dummy interface and the KUBE-SERVICES
+		// chain, or failed when the process died.
+		proxyErr = framework.Eventually(ctx, 90*time.Second, time.Second, func(ctx context.Context) error {
+			if !node.KubeProxyRunning(ctx) {
+				return fmt.Errorf("kube-proxy exited")
+			}
+			if _, err := vm.Sh(ctx, "ip link show kube-ipvs0 >/dev/null && iptables-save -t nat | grep -q '^:KUBE-SERVICES'"); err != nil {
+				return fmt.Errorf("kube-ipvs0 or the nat KUBE-SERVICES chain not there yet")
+			}
+			return nil
+		})
+		if proxyErr != nil {
+			proxyErr = fmt.Errorf("%w\nkube-proxy log tail:\n%s", proxyErr, node.KubeProxyLog(ctx, 40))
+		}
+	})
+	if proxyErr != nil {
+		t.Fatalf("FAIL LOUDLY: our kube-proxy is not running in the VM, so this scenario cannot run: %v", proxyErr)
+	}
+	if !node.KubeProxyRunning(context.Background()) {
+		t.Fatalf("kube-proxy died during the suite; log tail:\n%s", node.KubeProxyLog(context.Background(), 40))
+	}
+}
+
+// dumpOnFailure prints kernel state and the kube-proxy log when t failed.
+func dumpOnFailure(t *testing.T) {
+	t.Cleanup(func() {
+		if !t.Failed() {
+			return
+		}
+		ctx := context.Background()
+		t.Logf("kernel state in the VM:\n%s", node.KernelState(ctx))
+		if node.KubeProxyRunning(ctx) || proxyErr == nil {
+			t.Logf("kube-proxy log tail:\n%s", node.KubeProxyLog(ctx, 30))
+		}
+	})
+}
+
+// guest runs a script in the VM and fails t on error.
+func guest(t *testing.T, ctx context.Context, script string) string {
+	t.Helper()
+	out, err := vm.Sh(ctx, script)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// addPods creates pods prefix-a, prefix-b... at 10.244.0.<first+i>.
+func addPods(t *testing.T, ctx context.Context, prefix string, first, n int) []*framework.Pod {
+	t.Helper()
+	var pods []*framework.Pod
+	for i := 0; i < n; i++ {
+		p, err := node.AddPod(ctx, fmt.Sprintf("%s-%c", prefix, 'a'+i), fmt.Sprintf("10.244.0.%d", first+i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		pods = append(pods, p)
+	}
+	t.Cleanup(func() {
+		for _, p := range pods {
+			if err := node.DeletePod(context.Background(), p); err != nil {
+				t.Errorf("deleting pod %s: %v", p.Name, err)
+			}
+		}
+	})
+	return pods
+}
+
+func endpoints(pods []*framework.Pod) []framework.Endpoint {
+	var eps []framework.Endpoint
+	for _, p := range pods {
+		eps = append(eps, framework.Endpoint{PodName: p.Name, IP: p.IP})
+	}
+	return eps
+}
+
+// realServers returns the real servers IPVS holds for a virtual server, e.g.
+// ("TCP", "10.96.0.10:80") -> ["10.244.0.21:8080 Masq", ...], sorted.
+func realServers(ctx context.Context, proto, vip string) ([]string, error) {
+	flag := map[string]string{"TCP": "-t", "UDP": "-u", "SCTP": "--sctp-service"}[proto]
+	out, err := vm.Sh(ctx, fmt.Sprintf("ipvsadm -Ln %s %s", flag, vip))
+	if err != nil {
+		return nil, err
+	}
+	var rs []string
+	for _, line := range strings.Split(out, "\n") {
+		f := strings.Fields(line)
+		if len(f) >= 3 && f[0] == "->" && f[1] != "RemoteAddress:Port" {
+			rs = append(rs, f[1]+" "+f[2])
+		}
+	}
+	return rs, nil
+}
+
+// waitRealServers waits until IPVS holds exactly want (sorted) for vip.
+func waitRealServers(t *testing.T, ctx context.Context, proto, vip string, want []string) {
+	t.Helper()
+	err := framework.Eventually(ctx, 60*time.Second, time.Second, func(ctx context.Context) error {
+		got, err := realServers(ctx, proto, vip)
+		if err != nil {
+			return err
+		}
+		if strings.Join(got, ",") != strings.Join(want, ",") {
+			return fmt.Errorf("IPVS %s %s has real servers %q, want %q", proto, vip, got, want)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// expectAnswers connects count times and checks every pod answered exactly
+// want[name] times.
+func expectAnswers(t *testing.T, ctx context.Context, ns, proto, addr string, count int, want map[string]int) {
+	t.Helper()
+	out, err := node.ClientFrom(ctx, ns, proto, addr, count)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, errs := framework.CountAnswers(out)
+	t.Logf("%d %s connections to %s answered by %v", count, proto, addr, got)
+	if errs != 0 || fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("answers from %s/%s = %v with %d errors, want %v; client output:\n%s", addr, proto, got, errs, want, out)
+	}
+}

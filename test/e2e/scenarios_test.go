@@ -1,0 +1,168 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/test/e2e/framework"
+)
+
+// Pod address blocks per scenario (10.244.0.X): harness 11-19, tcp-rr 21-29,
+// udp 31-39, nodeport 41-49, deletion 51-59.
+
+func newNamespace(t *testing.T, ctx context.Context, name string) string {
+	t.Helper()
+	if err := framework.CreateNamespace(ctx, cp.Client, name); err != nil {
+		t.Fatal(err)
+	}
+	return name
+}
+
+// createService creates svc + its EndpointSlice over pods and deletes both at
+// the end of the test (unless the test deleted them itself).
+func createService(t *testing.T, ctx context.Context, ns, name string, typ corev1.ServiceType, pods []*framework.Pod, ports ...framework.ServicePort) *corev1.Service {
+	t.Helper()
+	svc, err := framework.CreateService(ctx, cp.Client, ns, name, typ, ports...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := framework.CreateEndpointSlice(ctx, cp.Client, svc, endpoints(pods)...); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = framework.DeleteService(context.Background(), cp.Client, svc)
+	})
+	t.Logf("Service %s/%s: type %s ClusterIP %s ports %v", ns, name, typ, svc.Spec.ClusterIP, svc.Spec.Ports)
+	return svc
+}
+
+func masq(pods []*framework.Pod) []string {
+	var want []string
+	for _, p := range pods {
+		want = append(want, p.IP+":8080 Masq")
+	}
+	return want
+}
+
+// TestClusterIPTCPRoundRobin: a ClusterIP TCP Service over three pods becomes
+// an IPVS rr virtual server with the three pods as masqueraded real servers,
+// the VIP is bound to kube-ipvs0 and listed in the KUBE-CLUSTER-IP set, and
+// nine connections from the node are answered three times by each pod.
+func TestClusterIPTCPRoundRobin(t *testing.T) {
+	requireKubeProxy(t)
+	dumpOnFailure(t)
+	ctx := context.Background()
+	ns := newNamespace(t, ctx, "e2e-tcp-rr")
+	pods := addPods(t, ctx, "rr", 21, 3)
+	svc := createService(t, ctx, ns, "web", corev1.ServiceTypeClusterIP, pods, framework.ServicePort{Name: "http", Protocol: corev1.ProtocolTCP, Port: 80})
+	vip := svc.Spec.ClusterIP + ":80"
+	waitRealServers(t, ctx, "TCP", vip, masq(pods))
+
+	sched := guest(t, ctx, "ipvsadm -Ln -t "+vip+" | awk '$1==\"TCP\" {print $3}'")
+	if strings.TrimSpace(sched) != "rr" {
+		t.Errorf("scheduler of %s = %q, want rr", vip, sched)
+	}
+	guest(t, ctx, fmt.Sprintf("ip -4 addr show dev kube-ipvs0 | grep -qw 'inet %s/32'", svc.Spec.ClusterIP))
+	guest(t, ctx, fmt.Sprintf("ipset list KUBE-CLUSTER-IP | grep -qx '%s,tcp:80'", svc.Spec.ClusterIP))
+	guest(t, ctx, "iptables-save -t nat | grep -q -- '-A KUBE-SERVICES .*--match-set KUBE-CLUSTER-IP dst,dst'")
+
+	expectAnswers(t, ctx, "", "tcp", vip, 9, map[string]int{"rr-a": 3, "rr-b": 3, "rr-c": 3})
+	// From a pod (rr-a) too: the reply path crosses br_netfilter, and rr-a
+	// reaching itself through the VIP needs hairpin + masquerade.
+	out, err := node.ClientFrom(ctx, "rr-a", "tcp", vip, 6)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, errs := framework.CountAnswers(out); errs != 0 || len(got) != 3 {
+		t.Errorf("from pod rr-a: answers %v with %d errors, want all three pods and no error:\n%s", got, errs, out)
+	}
+}
+
+// TestClusterIPUDP: a UDP ClusterIP Service answers through IPVS, each new
+// client socket going to the next pod.
+func TestClusterIPUDP(t *testing.T) {
+	requireKubeProxy(t)
+	dumpOnFailure(t)
+	ctx := context.Background()
+	ns := newNamespace(t, ctx, "e2e-udp")
+	pods := addPods(t, ctx, "udp", 31, 2)
+	svc := createService(t, ctx, ns, "dns", corev1.ServiceTypeClusterIP, pods, framework.ServicePort{Name: "dns", Protocol: corev1.ProtocolUDP, Port: 53})
+	vip := svc.Spec.ClusterIP + ":53"
+	waitRealServers(t, ctx, "UDP", vip, masq(pods))
+	guest(t, ctx, fmt.Sprintf("ipset list KUBE-CLUSTER-IP | grep -qx '%s,udp:53'", svc.Spec.ClusterIP))
+	expectAnswers(t, ctx, "", "udp", vip, 4, map[string]int{"udp-a": 2, "udp-b": 2})
+}
+
+// TestNodePortFromNode: a NodePort Service gets an IPVS virtual server on the
+// node's address and port, the port is in KUBE-NODE-PORT-TCP, and connections
+// from the node to NodeIP:nodePort reach both pods.
+func TestNodePortFromNode(t *testing.T) {
+	requireKubeProxy(t)
+	dumpOnFailure(t)
+	ctx := context.Background()
+	ns := newNamespace(t, ctx, "e2e-nodeport")
+	pods := addPods(t, ctx, "np", 41, 2)
+	svc := createService(t, ctx, ns, "web", corev1.ServiceTypeNodePort, pods, framework.ServicePort{Name: "http", Protocol: corev1.ProtocolTCP, Port: 80})
+	nodePort := svc.Spec.Ports[0].NodePort
+	if nodePort == 0 {
+		t.Fatalf("the apiserver allocated no NodePort: %+v", svc.Spec.Ports)
+	}
+	addr := fmt.Sprintf("%s:%d", framework.NodeIP, nodePort)
+	waitRealServers(t, ctx, "TCP", addr, masq(pods))
+	waitRealServers(t, ctx, "TCP", svc.Spec.ClusterIP+":80", masq(pods))
+	guest(t, ctx, fmt.Sprintf("ipset list KUBE-NODE-PORT-TCP | grep -qx '%d'", nodePort))
+	expectAnswers(t, ctx, "", "tcp", addr, 4, map[string]int{"np-a": 2, "np-b": 2})
+}
+
+// TestServiceDeletionLeavesNothing: deleting a Service (and its slice) removes
+// its virtual server, its kube-ipvs0 address and its ipset entry, and the VIP
+// stops answering.
+func TestServiceDeletionLeavesNothing(t *testing.T) {
+	requireKubeProxy(t)
+	dumpOnFailure(t)
+	ctx := context.Background()
+	ns := newNamespace(t, ctx, "e2e-delete")
+	pods := addPods(t, ctx, "del", 51, 2)
+	svc := createService(t, ctx, ns, "gone", corev1.ServiceTypeClusterIP, pods, framework.ServicePort{Name: "http", Protocol: corev1.ProtocolTCP, Port: 80})
+	ip := svc.Spec.ClusterIP
+	waitRealServers(t, ctx, "TCP", ip+":80", masq(pods))
+	expectAnswers(t, ctx, "", "tcp", ip+":80", 2, map[string]int{"del-a": 1, "del-b": 1})
+
+	if err := framework.DeleteService(ctx, cp.Client, svc); err != nil {
+		t.Fatal(err)
+	}
+	err := framework.Eventually(ctx, 60*time.Second, time.Second, func(ctx context.Context) error {
+		out, err := vm.Sh(ctx, fmt.Sprintf(`ipvsadm -Ln | grep -w '%[1]s:80' || true
+ip -4 addr show dev kube-ipvs0 | grep -w 'inet %[1]s/32' || true
+ipset list KUBE-CLUSTER-IP | grep '^%[1]s,' || true`, ip))
+		if err != nil {
+			return err
+		}
+		if strings.TrimSpace(out) != "" {
+			return fmt.Errorf("still in the kernel after deleting %s/%s:\n%s", ns, svc.Name, out)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := node.Client(ctx, "tcp", ip+":80", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(out, "ERROR") {
+		t.Fatalf("deleted Service %s:80 still answers: %q", ip, out)
+	}
+	// The apiserver really deleted it (no finalizer left it behind).
+	if _, err := cp.Client.CoreV1().Services(ns).Get(ctx, svc.Name, metav1.GetOptions{}); err == nil {
+		t.Fatalf("Service %s/%s still exists in the apiserver", ns, svc.Name)
+	}
+}

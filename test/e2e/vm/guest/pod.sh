@@ -1,0 +1,29 @@
+#!/bin/bash
+# Pods are network namespaces on cbr0.
+#   pod.sh add NAME IP    namespace NAME, eth0=IP/24 on a veth in cbr0 (hairpin on)
+#   pod.sh del NAME
+set -euo pipefail
+op=$1 name=$2
+host="v${name:0:13}"
+case $op in
+add)
+	ip=$3
+	ip netns add "$name"
+	ip link add "$host" type veth peer name eth0 netns "$name"
+	ip link set "$host" master cbr0
+	ip link set "$host" up
+	# pod -> its own Service VIP -> back to itself crosses the bridge port twice.
+	ip link set "$host" type bridge_slave hairpin on
+	ip -n "$name" link set lo up
+	ip -n "$name" addr add "$ip/24" dev eth0
+	ip -n "$name" link set eth0 up
+	ip -n "$name" route add default via 10.244.0.1
+	;;
+del)
+	ip netns del "$name"
+	;;
+*)
+	echo "pod.sh: unknown op $op" >&2
+	exit 2
+	;;
+esac
