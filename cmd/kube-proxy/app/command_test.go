@@ -2,6 +2,7 @@ package app
 
 import (
 	"bytes"
+	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/testing/netns"
 	"os"
 	"path/filepath"
 	"strings"
@@ -292,18 +293,21 @@ func TestVersion(t *testing.T) {
 	}
 }
 
-func TestCleanupAndProxierPlaceholders(t *testing.T) {
-	// The run path applies the logging configuration, which is once per process.
-	resetLogging := func() {
-		if err := logsapi.ResetForTest(newFeatureGate()); err != nil {
-			t.Fatal(err)
+// TestIntegrationCleanupInNamespace runs --cleanup for real, in a private network
+// namespace (never the host's): with nothing to remove it exits 0.
+func TestIntegrationCleanupInNamespace(t *testing.T) {
+	netns.Run(t, func(t *testing.T) {
+		// The run path applies the logging configuration, which is once per process.
+		resetLogging := func() {
+			if err := logsapi.ResetForTest(newFeatureGate()); err != nil {
+				t.Fatal(err)
+			}
 		}
-	}
-	resetLogging()
-	t.Cleanup(resetLogging)
-	// Until the lead wires them in, --cleanup reports clearly and exits 1.
-	code, _, errOut := run(t, "--cleanup")
-	if code != 1 || !strings.Contains(errOut, "cleanup") {
-		t.Errorf("--cleanup: exit %d, %q", code, errOut)
-	}
+		resetLogging()
+		t.Cleanup(resetLogging)
+		code, _, errOut := run(t, "--cleanup")
+		if code != 0 {
+			t.Errorf("--cleanup: exit %d, %q", code, errOut)
+		}
+	})
 }

@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/testing/netns"
 	"net"
 	"os"
 	"path/filepath"
@@ -416,12 +417,19 @@ func TestNewProxyServerErrors(t *testing.T) {
 		t.Errorf("missing node: %v", err)
 	}
 
-	env = newTestEnv(t, testNode())
-	env.deps.newProvider = createProxier
-	_, err = newProxyServer(context.Background(), testOptions(t, nil), env.deps)
-	if !errors.Is(err, errNotImplemented) {
-		t.Errorf("createProxier placeholder: %v", err)
-	}
+}
+
+// TestIntegrationCreateProxierWithoutIPVS: on a kernel without IPVS (this host; run
+// in a private namespace) the proxier is not created and the error says why.
+func TestIntegrationCreateProxierWithoutIPVS(t *testing.T) {
+	netns.Run(t, func(t *testing.T) {
+		env := newTestEnv(t, testNode())
+		env.deps.newProvider = createProxier
+		_, err := newProxyServer(context.Background(), testOptions(t, nil), env.deps)
+		if err == nil || !strings.Contains(err.Error(), "needs IPVS") {
+			t.Errorf("createProxier without IPVS: %v", err)
+		}
+	})
 }
 
 func startRun(t *testing.T, s *ProxyServer) (context.CancelFunc, chan error) {
