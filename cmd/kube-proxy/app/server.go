@@ -2,7 +2,6 @@ package app
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -304,6 +303,3 @@ func expandNodePortAddresses(values []string, nodeIPs map[v1.IPFamily]net.IP) []
 	}
 	return out
 }
-
-// errNotImplemented marks the parts the lead fills in.
-var errNotImplemented = errors.New("not implemented yet")
