@@ -10,7 +10,6 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
-	discovery "k8s.io/api/discovery/v1"
 
 	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/conntrack"
 	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/ipset"
@@ -451,9 +450,4 @@ TCP  10.96.0.1:80 mh mh-port persistent 600
   -> 10.244.2.1:80 Masq 1 0 0
 TCP  10.200.0.1:9999 wrr
 `, e.ipvs.Dump())
-}
-
-func init() {
-	// keep imports used while the test list grows
-	_ = discovery.AddressTypeIPv4
 }
