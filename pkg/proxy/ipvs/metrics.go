@@ -71,3 +71,19 @@ func observeConntrackDeleted(family v1.IPFamily, n int) {
 		metrics.ReconcileConntrackFlowsDeletedEntriesTotal.WithLabelValues(string(family)).Add(float64(n))
 	}
 }
+
+func observeServiceChange(pending int) {
+	metrics.ServiceChangesTotal.Inc()
+	metrics.ServiceChangesPending.Set(float64(pending))
+}
+
+func observeEndpointChange(pending int) {
+	metrics.EndpointChangesTotal.Inc()
+	metrics.EndpointChangesPending.Set(float64(pending))
+}
+
+// observeChangesApplied clears the pending gauges once a sync took the changes.
+func observeChangesApplied() {
+	metrics.ServiceChangesPending.Set(0)
+	metrics.EndpointChangesPending.Set(0)
+}

@@ -232,8 +232,11 @@ func (p *Proxier) OnServiceAdd(service *v1.Service) { p.OnServiceUpdate(nil, ser
 
 func (p *Proxier) OnServiceUpdate(oldService, service *v1.Service) {
 	p.recordPorts(oldService, service)
-	if p.serviceChanges.Update(oldService, service) && p.initialized.Load() {
-		p.Sync()
+	if p.serviceChanges.Update(oldService, service) {
+		observeServiceChange(p.serviceChanges.PendingChanges())
+		if p.initialized.Load() {
+			p.Sync()
+		}
 	}
 }
 
@@ -248,20 +251,23 @@ func (p *Proxier) OnServiceSynced() {
 }
 
 func (p *Proxier) OnEndpointSliceAdd(slice *discovery.EndpointSlice) {
-	if p.endpointsChanges.EndpointSliceUpdate(slice, false) && p.initialized.Load() {
-		p.Sync()
-	}
+	p.endpointSliceChanged(slice, false)
 }
 
 func (p *Proxier) OnEndpointSliceUpdate(_, slice *discovery.EndpointSlice) {
-	if p.endpointsChanges.EndpointSliceUpdate(slice, false) && p.initialized.Load() {
-		p.Sync()
-	}
+	p.endpointSliceChanged(slice, false)
 }
 
 func (p *Proxier) OnEndpointSliceDelete(slice *discovery.EndpointSlice) {
-	if p.endpointsChanges.EndpointSliceUpdate(slice, true) && p.initialized.Load() {
-		p.Sync()
+	p.endpointSliceChanged(slice, true)
+}
+
+func (p *Proxier) endpointSliceChanged(slice *discovery.EndpointSlice, removed bool) {
+	if p.endpointsChanges.EndpointSliceUpdate(slice, removed) {
+		observeEndpointChange(p.endpointsChanges.PendingChanges().Len())
+		if p.initialized.Load() {
+			p.Sync()
+		}
 	}
 }
 

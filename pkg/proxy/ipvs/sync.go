@@ -56,6 +56,7 @@ func (p *Proxier) sync(ctx context.Context, full bool) (SyncStats, error) {
 	var stats SyncStats
 	svcResult := p.svcPortMap.Update(p.serviceChanges)
 	epResult := p.endpointsMap.Update(p.endpointsChanges)
+	observeChangesApplied()
 
 	rebuildAll := full || p.nodeLabelsChanged
 	p.bc.nodeLabels = p.nodeLabels
