@@ -37,8 +37,11 @@ bench:
 lint:
 	hack/lint.sh
 
+IMAGE ?= kube-proxy-ipvs:dev
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo v0.0.0-dev)
+
 image:
-	docker build -t kube-proxy-ipvs:dev .
+	docker build --build-arg VERSION=$(VERSION) -t $(IMAGE) .
 
 clean:
 	rm -rf $(BIN) _output
