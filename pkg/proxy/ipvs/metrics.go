@@ -42,6 +42,13 @@ func observeSync(family v1.IPFamily, full bool, elapsed time.Duration, stats Syn
 		metrics.SyncFailuresTotal.Inc()
 		return
 	}
+	if stats.DriftCheck {
+		for subsystem, n := range map[string]int{metrics.SubsystemIPVS: stats.IPVSOps, metrics.SubsystemIPSet: stats.IPSetOps, metrics.SubsystemNetlink: stats.AddressOps} {
+			if n > 0 {
+				metrics.DriftRepairsTotal.WithLabelValues(subsystem).Add(float64(n))
+			}
+		}
+	}
 	metrics.SyncProxyRulesLastTimestamp.WithLabelValues(fam).SetToCurrentTime()
 }
 

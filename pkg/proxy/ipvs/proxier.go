@@ -143,7 +143,10 @@ type SyncStats struct {
 	IPSetOps      int
 	AddressOps    int
 	IPTablesWrite bool
-	Err           error
+	// DriftCheck marks a periodic full sync over a state believed correct: the
+	// operations it issues repair drift.
+	DriftCheck bool
+	Err        error
 }
 
 var _ proxy.Provider = &Proxier{}

@@ -98,6 +98,9 @@ func (p *Proxier) sync(ctx context.Context, full bool) (SyncStats, error) {
 		if err != nil {
 			return stats, err
 		}
+		// With a trusted memory of the kernel, whatever a full sync has to write is
+		// drift: someone else changed the kernel (or we missed an event).
+		stats.DriftCheck = p.applied != nil && !p.needFull
 		p.applied = observed
 		t = p.index.allTouched()
 		for k := range observed.vs {

@@ -168,8 +168,12 @@ func TestTamperingRepairedOnFullSync(t *testing.T) {
 	}
 	// ...the periodic full sync reads the kernel and repairs.
 	e.clock.Step(31 * time.Second)
-	if st := e.mustSync(); !st.Full {
-		t.Fatalf("expected a full sync after the sync period")
+	st := e.mustSync()
+	if !st.Full || !st.DriftCheck {
+		t.Fatalf("expected a drift-checking full sync after the sync period, got %+v", st)
+	}
+	if st.IPVSOps == 0 || st.IPSetOps == 0 || st.AddressOps == 0 {
+		t.Errorf("repairs not counted: %+v", st)
 	}
 	diff(t, "ipvs", wantIPVS, e.ipvs.Dump())
 	diff(t, "ipsets", wantSets, e.ipset.Dump())
