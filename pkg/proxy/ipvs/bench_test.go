@@ -367,16 +367,20 @@ func BenchmarkSteadyStateHeap(b *testing.B) {
 			}
 			b.StopTimer()
 			mustSynced(b, p, false)
+			// Kept reachable through held until each part is dropped on purpose.
+			held := &struct {
+				p *Proxier
+				k *benchKernel
+			}{p, k}
+			p, k = nil, nil
 			rss := rssBytes()
 			full := heapInUse()
-			p = nil
+			held.p = nil
 			withKernel := heapInUse()
-			runtime.KeepAlive(p)
-			k = nil
+			held.k = nil
 			withoutKernel := heapInUse()
-			runtime.KeepAlive(k)
+			runtime.KeepAlive(held)
 			runtime.KeepAlive(c)
-
 			mib := func(v int64) float64 { return float64(v) / (1 << 20) }
 			objects := int64(withObjects) - int64(base)
 			proxier := int64(full) - int64(withKernel)

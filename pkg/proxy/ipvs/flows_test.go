@@ -1,9 +1,13 @@
 package ipvs
 
 import (
+	"context"
 	"testing"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
+
+	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/ipset"
 )
 
 // TestPacketFlows drives the tracer over the state the proxier programs for a set of
@@ -62,5 +66,50 @@ func TestPacketFlows(t *testing.T) {
 				t.Errorf("trace(%+v) = %q, want %q", tc.pkt, got, tc.want)
 			}
 		})
+	}
+}
+
+// TestEntriesAreCanonical: every member the builder produces is already in the form
+// `ipset save` prints, so a full sync that reads the kernel back finds no difference.
+func TestEntriesAreCanonical(t *testing.T) {
+	for _, family := range []v1.IPFamily{v1.IPv4Protocol, v1.IPv6Protocol} {
+		e := newTestEnv(t, family)
+		if family == v1.IPv4Protocol {
+			e.start(
+				makeService("ns", "lb", clusterIP("10.96.0.12"), port("p", v1.ProtocolTCP, 443, 30443), lbIngress("203.0.113.10"),
+					sourceRanges("198.18.0.0/24", "192.168.0.10/32"), externalIPs("203.0.113.5")),
+				makeSlice("ns", "lb", "lb-1", tcp("p", 8443), endpoint("10.244.1.9")),
+				makeService("ns", "s", clusterIP("10.96.0.13"), port("p", v1.ProtocolSCTP, 80, 30080), etpLocal(32000)),
+				makeSlice("ns", "s", "s-1", []slicePort{{"p", v1.ProtocolSCTP, 80}}, endpoint("10.244.1.10")),
+			)
+		} else {
+			svc := makeService("ns", "lb", clusterIP("fd00:96::12"), port("p", v1.ProtocolUDP, 53, 30053), lbIngress("2001:db8::10"),
+				sourceRanges("2001:db8:1::/64", "fd00:1::10/128"))
+			e.start(svc, makeSlice("ns", "lb", "lb-1", udp("p", 53), endpoint("fd00:244::1:9")))
+		}
+		specs := map[string]*ipset.Set{}
+		for _, s := range setSpecs(family) {
+			specs[s.Name] = s
+		}
+		all, _ := e.ipset.SaveAll(context.Background())
+		n := 0
+		for name, s := range all {
+			for _, entry := range s.Entries {
+				n++
+				canon, err := ipset.CanonicalEntry(s.Type, specs[name].Family, entry)
+				if err != nil || canon != entry {
+					t.Errorf("%s: entry %q of %s is not canonical (%q, %v)", family, entry, name, canon, err)
+				}
+			}
+		}
+		if n < 8 {
+			t.Errorf("%s: only %d entries checked", family, n)
+		}
+		// A second full sync over the same kernel changes nothing.
+		e.clock.Step(time.Minute)
+		st := e.mustSync()
+		if !st.Full || st.IPSetOps != 0 || st.IPVSOps != 0 || st.AddressOps != 0 {
+			t.Errorf("%s: a full sync over an up-to-date kernel issued writes: %+v", family, st)
+		}
 	}
 }
