@@ -109,7 +109,7 @@ func requireKubeProxy(t *testing.T) {
 		// chain, or failed when the process died.
 		proxyErr = framework.Eventually(ctx, 90*time.Second, time.Second, func(ctx context.Context) error {
 			if !node.KubeProxyRunning(ctx) {
-				return fmt.Errorf("kube-proxy exited")
+				return framework.StopTrying(fmt.Errorf("kube-proxy exited"))
 			}
 			if _, err := vm.Sh(ctx, "ip link show kube-ipvs0 >/dev/null && iptables-save -t nat | grep -q '^:KUBE-SERVICES'"); err != nil {
 				return fmt.Errorf("kube-ipvs0 or the nat KUBE-SERVICES chain not there yet")

@@ -2,6 +2,7 @@ package framework
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -132,14 +133,27 @@ func DeleteService(ctx context.Context, c kubernetes.Interface, svc *corev1.Serv
 	return nil
 }
 
+// stopTrying marks an error Eventually must not retry.
+type stopTrying struct{ err error }
+
+func (s stopTrying) Error() string { return s.err.Error() }
+func (s stopTrying) Unwrap() error { return s.err }
+
+// StopTrying wraps err so that Eventually returns it at once.
+func StopTrying(err error) error { return stopTrying{err} }
+
 // Eventually polls cond every interval until it returns nil or timeout passes;
-// it returns the last error.
+// it returns the last error. An error wrapped with StopTrying ends it at once.
 func Eventually(ctx context.Context, timeout, interval time.Duration, cond func(context.Context) error) error {
 	deadline := time.Now().Add(timeout)
 	var last error
 	for {
 		if last = cond(ctx); last == nil {
 			return nil
+		}
+		var stop stopTrying
+		if errors.As(last, &stop) {
+			return stop.err
 		}
 		if time.Now().After(deadline) {
 			return fmt.Errorf("still failing after %s: %w", timeout, last)

@@ -123,6 +123,8 @@ func StartControlPlane(ctx context.Context, root string, logf Logf) (*ControlPla
 		"--service-cluster-ip-range=10.96.0.0/16",
 		"--service-node-port-range=30000-32767",
 		"--endpoint-reconciler-type=none",
+		// kube-proxy's DaemonSet is privileged, as in every real cluster.
+		"--allow-privileged=true",
 		"--enable-priority-and-fairness=false",
 		"--v=1")
 	if err != nil {
