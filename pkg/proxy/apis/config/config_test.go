@@ -20,9 +20,13 @@ import (
 
 func testFeatureGate(t *testing.T) featuregate.FeatureGate {
 	t.Helper()
+	return featureGateForFuzz()
+}
+
+func featureGateForFuzz() featuregate.FeatureGate {
 	fg := featuregate.NewFeatureGate()
 	if err := logsapi.AddFeatureGates(fg); err != nil {
-		t.Fatal(err)
+		panic(err)
 	}
 	return fg
 }
