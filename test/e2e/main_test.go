@@ -105,20 +105,7 @@ func requireKubeProxy(t *testing.T) {
 			proxyErr = err
 			return
 		}
-		// Ready when it has created its dummy interface and the KUBE-SERVICES
-		// chain, or failed when the process died.
-		proxyErr = framework.Eventually(ctx, 90*time.Second, time.Second, func(ctx context.Context) error {
-			if !node.KubeProxyRunning(ctx) {
-				return framework.StopTrying(fmt.Errorf("kube-proxy exited"))
-			}
-			if _, err := vm.Sh(ctx, "ip link show kube-ipvs0 >/dev/null && iptables-save -t nat | grep -q '^:KUBE-SERVICES'"); err != nil {
-				return fmt.Errorf("kube-ipvs0 or the nat KUBE-SERVICES chain not there yet")
-			}
-			return nil
-		})
-		if proxyErr != nil {
-			proxyErr = fmt.Errorf("%w\nkube-proxy log tail:\n%s", proxyErr, node.KubeProxyLog(ctx, 40))
-		}
+		proxyErr = node.WaitKubeProxyReady(ctx, 90*time.Second)
 	})
 	if proxyErr != nil {
 		t.Fatalf("FAIL LOUDLY: our kube-proxy is not running in the VM, so this scenario cannot run: %v", proxyErr)
@@ -181,29 +168,11 @@ func endpoints(pods []*framework.Pod) []framework.Endpoint {
 	return eps
 }
 
-// realServers returns the real servers IPVS holds for a virtual server, e.g.
-// ("TCP", "10.96.0.10:80") -> ["10.244.0.21:8080 Masq", ...], sorted.
-func realServers(ctx context.Context, proto, vip string) ([]string, error) {
-	flag := map[string]string{"TCP": "-t", "UDP": "-u", "SCTP": "--sctp-service"}[proto]
-	out, err := vm.Sh(ctx, fmt.Sprintf("ipvsadm -Ln %s %s", flag, vip))
-	if err != nil {
-		return nil, err
-	}
-	var rs []string
-	for _, line := range strings.Split(out, "\n") {
-		f := strings.Fields(line)
-		if len(f) >= 3 && f[0] == "->" && f[1] != "RemoteAddress:Port" {
-			rs = append(rs, f[1]+" "+f[2])
-		}
-	}
-	return rs, nil
-}
-
 // waitRealServers waits until IPVS holds exactly want (sorted) for vip.
 func waitRealServers(t *testing.T, ctx context.Context, proto, vip string, want []string) {
 	t.Helper()
 	err := framework.Eventually(ctx, 60*time.Second, time.Second, func(ctx context.Context) error {
-		got, err := realServers(ctx, proto, vip)
+		got, err := node.RealServers(ctx, proto, vip)
 		if err != nil {
 			return err
 		}

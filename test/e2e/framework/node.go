@@ -3,6 +3,7 @@ package framework
 import (
 	"context"
 	"fmt"
+	"sort"
 	"strings"
 	"syscall"
 	"time"
@@ -135,7 +136,8 @@ func (n *Node) KubeProxyRunning(ctx context.Context) bool {
 
 // StopKubeProxy sends SIGTERM and waits up to 20 s for it to exit.
 func (n *Node) StopKubeProxy(ctx context.Context) error {
-	if n.proxyPID == 0 {
+	if n.proxyPID == 0 || !n.KubeProxyRunning(ctx) {
+		n.proxyPID = 0
 		return nil
 	}
 	if err := n.VM.Signal(ctx, n.proxyPID, syscall.SIGTERM); err != nil {
@@ -162,4 +164,42 @@ func (n *Node) KernelState(ctx context.Context) string {
 	out, _ := n.VM.Sh(ctx, `echo '# ipvsadm -Ln'; ipvsadm -Ln 2>&1; echo '# ip addr show kube-ipvs0'; ip addr show kube-ipvs0 2>&1;
 echo '# ipset list -t'; ipset list -t 2>&1 | head -80; echo '# iptables-save'; iptables-save 2>&1 | head -120`)
 	return out
+}
+
+// WaitKubeProxyReady waits until kube-proxy has created its dummy interface
+// kube-ipvs0 and the nat KUBE-SERVICES chain; it gives up at once if the
+// process exits, and returns the log tail with any error.
+func (n *Node) WaitKubeProxyReady(ctx context.Context, timeout time.Duration) error {
+	err := Eventually(ctx, timeout, time.Second, func(ctx context.Context) error {
+		if !n.KubeProxyRunning(ctx) {
+			return StopTrying(fmt.Errorf("kube-proxy exited"))
+		}
+		if _, err := n.VM.Sh(ctx, "ip link show kube-ipvs0 >/dev/null && iptables-save -t nat | grep -q '^:KUBE-SERVICES'"); err != nil {
+			return fmt.Errorf("kube-ipvs0 or the nat KUBE-SERVICES chain not there yet")
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("%w\nkube-proxy log tail:\n%s", err, n.KubeProxyLog(ctx, 40))
+	}
+	return nil
+}
+
+// RealServers returns the real servers IPVS holds for a virtual server, e.g.
+// ("TCP", "10.96.0.10:80") -> ["10.244.0.21:8080 Masq", ...], in ipvsadm order.
+func (n *Node) RealServers(ctx context.Context, proto, vip string) ([]string, error) {
+	flag := map[string]string{"TCP": "-t", "UDP": "-u", "SCTP": "--sctp-service"}[proto]
+	out, err := n.VM.Sh(ctx, fmt.Sprintf("ipvsadm -Ln %s %s", flag, vip))
+	if err != nil {
+		return nil, err
+	}
+	var rs []string
+	for _, line := range strings.Split(out, "\n") {
+		f := strings.Fields(line)
+		if len(f) >= 3 && f[0] == "->" && f[1] != "RemoteAddress:Port" {
+			rs = append(rs, f[1]+" "+f[2])
+		}
+	}
+	sort.Strings(rs)
+	return rs, nil
 }
