@@ -13,6 +13,7 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+	cliflag "k8s.io/component-base/cli/flag"
 	"k8s.io/component-base/version"
 
 	proxyconfigapi "github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/proxy/apis/config"
@@ -141,6 +142,7 @@ func (r *invocation) run(fs *pflag.FlagSet) error {
 	if err := applyLogging(cfg, r.opts.featureGate); err != nil {
 		return err
 	}
+	cliflag.PrintFlags(fs) // "FLAG: --name=value" at -v=1, as upstream logs them
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
