@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strconv"
@@ -38,6 +39,9 @@ type kernelSetup struct {
 	sysRoot         string // where module/nf_conntrack/parameters/hashsize lives
 	oomScoreAdjPath string
 	numCPU          func() int
+	// loadModule loads a kernel module (modprobe); the conntrack sysctls exist
+	// only once nf_conntrack is loaded, which on a fresh node nothing has done yet.
+	loadModule func(ctx context.Context, name string) error
 }
 
 func defaultKernelSetup() kernelSetup {
@@ -46,6 +50,7 @@ func defaultKernelSetup() kernelSetup {
 		sysRoot:         defaultSysRoot,
 		oomScoreAdjPath: defaultOOMScoreAdjPath,
 		numCPU:          runtime.NumCPU,
+		loadModule:      modprobe,
 	}
 }
 
@@ -75,6 +80,11 @@ func (k kernelSetup) apply(ctx context.Context, cfg *v1alpha1.KubeProxyConfigura
 	}
 
 	c := &cfg.Conntrack
+	if _, err := k.sysctl.GetSysctl(sysctlConntrackMax); sysctl.IsNotFound(err) && k.loadModule != nil {
+		if err := k.loadModule(ctx, "nf_conntrack"); err != nil {
+			logger.Info("Could not load nf_conntrack; conntrack settings will fail if it is not built in", "err", err)
+		}
+	}
 	if max := conntrackMax(c, k.numCPU()); max > 0 {
 		if err := k.setIfDifferent(sysctlConntrackMax, max); err != nil {
 			return err
@@ -145,6 +155,14 @@ func (k kernelSetup) raiseHashsize(want int) error {
 	}
 	if err := os.WriteFile(path, []byte(strconv.Itoa(want)), 0o640); err != nil {
 		return fmt.Errorf("writing conntrack hashsize %d: %w", want, err)
+	}
+	return nil
+}
+
+func modprobe(ctx context.Context, name string) error {
+	out, err := exec.CommandContext(ctx, "modprobe", "--", name).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("modprobe %s: %w: %s", name, err, strings.TrimSpace(string(out)))
 	}
 	return nil
 }

@@ -628,3 +628,27 @@ func TestMetricsServerServes(t *testing.T) {
 		t.Errorf("/proxyMode body %q, want ipvs", body)
 	}
 }
+
+func TestKernelSetupLoadsConntrackModule(t *testing.T) {
+	k, sc := testKernel(t, 1<<20)
+	sc.values = map[string]int{} // nf_conntrack not loaded: no net/netfilter sysctls
+	var loaded []string
+	k.loadModule = func(_ context.Context, name string) error {
+		loaded = append(loaded, name)
+		sc.values[sysctlConntrackMax] = 65536
+		return nil
+	}
+	if err := k.apply(context.Background(), proxyconfigapi.NewDefaultConfiguration()); err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]string{"nf_conntrack"}, loaded); diff != "" {
+		t.Errorf("modules loaded (-want +got):\n%s", diff)
+	}
+	if sc.values[sysctlConntrackMax] != 262144 {
+		t.Errorf("nf_conntrack_max %d after loading the module", sc.values[sysctlConntrackMax])
+	}
+	loaded = nil
+	if err := k.apply(context.Background(), proxyconfigapi.NewDefaultConfiguration()); err != nil || loaded != nil {
+		t.Errorf("module loaded again (%v) or error %v", loaded, err)
+	}
+}
