@@ -166,3 +166,158 @@ ipset list KUBE-CLUSTER-IP | grep '^%[1]s,' || true`, ip))
 		t.Fatalf("Service %s/%s still exists in the apiserver", ns, svc.Name)
 	}
 }
+
+// TestSessionAffinityClientIP: sessionAffinity ClientIP makes the virtual
+// server persistent (timeout 10800 s by default) and every connection from
+// the node lands on the same pod.
+func TestSessionAffinityClientIP(t *testing.T) {
+	requireKubeProxy(t)
+	dumpOnFailure(t)
+	ctx := context.Background()
+	ns := newNamespace(t, ctx, "e2e-affinity")
+	pods := addPods(t, ctx, "aff", 61, 3)
+	svc, err := framework.CreateServiceWith(ctx, cp.Client, ns, "sticky", corev1.ServiceTypeClusterIP,
+		func(s *corev1.Service) { s.Spec.SessionAffinity = corev1.ServiceAffinityClientIP },
+		framework.ServicePort{Name: "http", Protocol: corev1.ProtocolTCP, Port: 80})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := framework.CreateEndpointSlice(ctx, cp.Client, svc, endpoints(pods)...); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = framework.DeleteService(context.Background(), cp.Client, svc) })
+	vip := svc.Spec.ClusterIP + ":80"
+	waitRealServers(t, ctx, "TCP", vip, masq(pods))
+	flags := guest(t, ctx, "ipvsadm -Ln -t "+vip+" | awk '$1==\"TCP\"'")
+	if !strings.Contains(flags, "persistent 10800") {
+		t.Errorf("virtual server %s is not persistent for 10800 s: %q", vip, flags)
+	}
+	out, err := node.Client(ctx, "tcp", vip, 6)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, errs := framework.CountAnswers(out); errs != 0 || len(got) != 1 {
+		t.Fatalf("with ClientIP affinity one pod must answer all 6 connections, got %v (%d errors):\n%s", got, errs, out)
+	}
+}
+
+// TestEndpointRemoval: when a pod leaves the EndpointSlice its real server
+// goes (at once, or after draining with weight 0: graceful termination) and
+// new connections only reach the remaining pods.
+func TestEndpointRemoval(t *testing.T) {
+	requireKubeProxy(t)
+	dumpOnFailure(t)
+	ctx := context.Background()
+	ns := newNamespace(t, ctx, "e2e-scale")
+	pods := addPods(t, ctx, "sc", 71, 3)
+	svc := createService(t, ctx, ns, "web", corev1.ServiceTypeClusterIP, pods, framework.ServicePort{Name: "http", Protocol: corev1.ProtocolTCP, Port: 80})
+	vip := svc.Spec.ClusterIP + ":80"
+	waitRealServers(t, ctx, "TCP", vip, masq(pods))
+	expectAnswers(t, ctx, "", "tcp", vip, 3, map[string]int{"sc-a": 1, "sc-b": 1, "sc-c": 1})
+
+	if err := framework.SetEndpoints(ctx, cp.Client, svc, endpoints(pods[:2])...); err != nil {
+		t.Fatal(err)
+	}
+	removed := pods[2].IP + ":8080"
+	err := framework.Eventually(ctx, 60*time.Second, time.Second, func(ctx context.Context) error {
+		out, err := vm.Sh(ctx, "ipvsadm -Ln -t "+vip)
+		if err != nil {
+			return err
+		}
+		for _, line := range strings.Split(out, "\n") {
+			f := strings.Fields(line)
+			if len(f) >= 4 && f[0] == "->" && f[1] == removed && f[3] != "0" {
+				return fmt.Errorf("removed endpoint %s still has weight %s:\n%s", removed, f[3], out)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	expectAnswers(t, ctx, "", "tcp", vip, 4, map[string]int{"sc-a": 2, "sc-b": 2})
+}
+
+// TestExternalIP: a Service external IP gets its own virtual server and
+// answers from the node. 10.0.2.50 is inside the VM's own subnet, so nothing
+// leaves the VM.
+func TestExternalIP(t *testing.T) {
+	requireKubeProxy(t)
+	dumpOnFailure(t)
+	ctx := context.Background()
+	ns := newNamespace(t, ctx, "e2e-extip")
+	pods := addPods(t, ctx, "ext", 81, 2)
+	svc, err := framework.CreateServiceWith(ctx, cp.Client, ns, "ext", corev1.ServiceTypeClusterIP,
+		func(s *corev1.Service) { s.Spec.ExternalIPs = []string{"10.0.2.50"} },
+		framework.ServicePort{Name: "http", Protocol: corev1.ProtocolTCP, Port: 80})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := framework.CreateEndpointSlice(ctx, cp.Client, svc, endpoints(pods)...); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = framework.DeleteService(context.Background(), cp.Client, svc) })
+	waitRealServers(t, ctx, "TCP", "10.0.2.50:80", masq(pods))
+	guest(t, ctx, "ipset list KUBE-EXTERNAL-IP | grep -qx '10.0.2.50,tcp:80'")
+	expectAnswers(t, ctx, "", "tcp", "10.0.2.50:80", 4, map[string]int{"ext-a": 2, "ext-b": 2})
+}
+
+// TestHealthzAndMetrics: kube-proxy serves /healthz on 10256 and Prometheus
+// metrics on 127.0.0.1:10249 inside the node.
+func TestHealthzAndMetrics(t *testing.T) {
+	requireKubeProxy(t)
+	ctx := context.Background()
+	out := guest(t, ctx, "timeout 5 wget -q -O - http://127.0.0.1:10256/healthz")
+	if !strings.Contains(out, "lastUpdated") {
+		t.Errorf("/healthz body %q has no lastUpdated", out)
+	}
+	out = guest(t, ctx, "timeout 5 wget -q -O - http://127.0.0.1:10249/metrics")
+	for _, m := range []string{"kubeproxy_sync_proxy_rules_duration_seconds", "kubeproxy_sync_proxy_rules_last_timestamp_seconds"} {
+		if !strings.Contains(out, m) {
+			t.Errorf("/metrics lacks %s", m)
+		}
+	}
+}
+
+// TestKubeProxyRestartKeepsServices (runs last: it restarts the daemon):
+// stopping kube-proxy leaves the data path in place (Services keep
+// answering), and a restarted kube-proxy adopts the existing state without
+// duplicating or dropping real servers, then handles new changes.
+func TestKubeProxyRestartKeepsServices(t *testing.T) {
+	requireKubeProxy(t)
+	dumpOnFailure(t)
+	ctx := context.Background()
+	ns := newNamespace(t, ctx, "e2e-restart")
+	pods := addPods(t, ctx, "rs", 91, 2)
+	svc := createService(t, ctx, ns, "web", corev1.ServiceTypeClusterIP, pods, framework.ServicePort{Name: "http", Protocol: corev1.ProtocolTCP, Port: 80})
+	vip := svc.Spec.ClusterIP + ":80"
+	waitRealServers(t, ctx, "TCP", vip, masq(pods))
+
+	if err := node.StopKubeProxy(ctx); err != nil {
+		t.Fatal(err)
+	}
+	expectAnswers(t, ctx, "", "tcp", vip, 2, map[string]int{"rs-a": 1, "rs-b": 1})
+
+	if err := node.StartKubeProxy(ctx, cp, framework.KubeProxyConfig("")); err != nil {
+		t.Fatal(err)
+	}
+	if err := node.WaitKubeProxyReady(ctx, 90*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if err := framework.SetEndpoints(ctx, cp.Client, svc, endpoints(pods[:1])...); err != nil {
+		t.Fatal(err)
+	}
+	err := framework.Eventually(ctx, 60*time.Second, time.Second, func(ctx context.Context) error {
+		out, err := node.Client(ctx, "tcp", vip, 2)
+		if err != nil {
+			return err
+		}
+		if got, errs := framework.CountAnswers(out); errs != 0 || fmt.Sprint(got) != "map[rs-a:2]" {
+			return fmt.Errorf("after restart and scale-down %s answered %v (%d errors)", vip, got, errs)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}

@@ -62,6 +62,12 @@ type ServicePort struct {
 // CreateService creates a Service whose ports all target 8080 and returns it
 // with the ClusterIP (and NodePorts) the apiserver allocated.
 func CreateService(ctx context.Context, c kubernetes.Interface, ns, name string, typ corev1.ServiceType, ports ...ServicePort) (*corev1.Service, error) {
+	return CreateServiceWith(ctx, c, ns, name, typ, nil, ports...)
+}
+
+// CreateServiceWith is CreateService with mutate applied to the Service
+// before it is created (session affinity, external IPs, traffic policies...).
+func CreateServiceWith(ctx context.Context, c kubernetes.Interface, ns, name string, typ corev1.ServiceType, mutate func(*corev1.Service), ports ...ServicePort) (*corev1.Service, error) {
 	svc := &corev1.Service{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
 		Spec:       corev1.ServiceSpec{Type: typ, Selector: map[string]string{"app": name}},
@@ -70,6 +76,9 @@ func CreateService(ctx context.Context, c kubernetes.Interface, ns, name string,
 		svc.Spec.Ports = append(svc.Spec.Ports, corev1.ServicePort{
 			Name: p.Name, Protocol: p.Protocol, Port: p.Port, TargetPort: intstr.FromInt32(8080),
 		})
+	}
+	if mutate != nil {
+		mutate(svc)
 	}
 	out, err := c.CoreV1().Services(ns).Create(ctx, svc, metav1.CreateOptions{})
 	if err != nil {
@@ -117,6 +126,29 @@ func CreateEndpointSlice(ctx context.Context, c kubernetes.Interface, svc *corev
 		return nil, fmt.Errorf("creating EndpointSlice for %s/%s: %w", svc.Namespace, svc.Name, err)
 	}
 	return out, nil
+}
+
+// SetEndpoints replaces the endpoints of the EndpointSlice CreateEndpointSlice
+// wrote for svc, as the controller does when pods come and go.
+func SetEndpoints(ctx context.Context, c kubernetes.Interface, svc *corev1.Service, eps ...Endpoint) error {
+	name := svc.Name + "-e2e"
+	slice, err := c.DiscoveryV1().EndpointSlices(svc.Namespace).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return fmt.Errorf("getting EndpointSlice %s/%s: %w", svc.Namespace, name, err)
+	}
+	slice.Endpoints = nil
+	for _, e := range eps {
+		slice.Endpoints = append(slice.Endpoints, discoveryv1.Endpoint{
+			Addresses:  []string{e.IP},
+			Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true), Serving: ptr.To(true), Terminating: ptr.To(false)},
+			NodeName:   ptr.To(NodeName),
+			TargetRef:  &corev1.ObjectReference{Kind: "Pod", Namespace: svc.Namespace, Name: e.PodName},
+		})
+	}
+	if _, err := c.DiscoveryV1().EndpointSlices(svc.Namespace).Update(ctx, slice, metav1.UpdateOptions{}); err != nil {
+		return fmt.Errorf("updating EndpointSlice %s/%s: %w", svc.Namespace, name, err)
+	}
+	return nil
 }
 
 // DeleteService deletes a Service and its EndpointSlices (no controller
