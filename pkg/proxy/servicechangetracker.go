@@ -1,6 +1,8 @@
 package proxy
 
 import (
+	"net"
+	"net/netip"
 	"reflect"
 	"sync"
 
@@ -100,13 +102,16 @@ func (sm ServicePortMap) Update(sct *ServiceChangeTracker) UpdateServiceMapResul
 	sct.items = make(map[types.NamespacedName]*serviceChange)
 	sct.lock.Unlock()
 
+	// UDP/SCTP cluster IPs that lost a port (removed, or moved to another IP).
+	candidates := map[netip.Addr]struct{}{}
 	for nn, change := range items {
 		result.UpdatedServices.Insert(nn)
 		for name, info := range change.previous {
-			if connectionless(info.Protocol) {
-				result.DeletedUDPClusterIPs.Insert(info.ClusterIP.String())
+			cur, kept := change.current[name]
+			if connectionless(info.Protocol) && (!kept || !cur.ClusterIP.Equal(info.ClusterIP)) {
+				candidates[addrOf(info.ClusterIP)] = struct{}{}
 			}
-			if _, kept := change.current[name]; !kept {
+			if !kept {
 				delete(sm, name)
 			}
 		}
@@ -114,12 +119,15 @@ func (sm ServicePortMap) Update(sct *ServiceChangeTracker) UpdateServiceMapResul
 			sm[name] = info
 		}
 	}
-	if result.DeletedUDPClusterIPs.Len() > 0 {
+	if len(candidates) > 0 {
 		// An IP is only stale if no UDP/SCTP port uses it any more.
 		for _, info := range sm {
 			if connectionless(info.Protocol) {
-				result.DeletedUDPClusterIPs.Delete(info.ClusterIP.String())
+				delete(candidates, addrOf(info.ClusterIP))
 			}
+		}
+		for addr := range candidates {
+			result.DeletedUDPClusterIPs.Insert(addr.String())
 		}
 	}
 	return result
@@ -134,6 +142,13 @@ func (sm ServicePortMap) HealthCheckNodePorts() map[types.NamespacedName]uint16 
 		}
 	}
 	return ports
+}
+
+// addrOf converts without allocating; ServicePortInfo IPs are canonical, so equal
+// IPs give equal Addrs.
+func addrOf(ip net.IP) netip.Addr {
+	addr, _ := netip.AddrFromSlice(ip)
+	return addr.Unmap()
 }
 
 // connectionless reports whether conntrack entries of the protocol outlive a backend
