@@ -23,12 +23,12 @@ build_one() { # name
 		return 0
 	fi
 	mkdir -p "$out"
-	log "building $name ($k8s_ver / etcd $etcd_ver) into $out: cold builds take 10-25 min on 2 cores"
+	log "building $name ($k8s_ver / etcd $etcd_ver) into $out: cold builds take 10-25 min on 2 cores, warm ones seconds"
 	local start=$SECONDS
 	(
 		cd "$tools"
 		# Progress: go build -v names every package as it finishes compiling.
-		CGO_ENABLED=0 GOFLAGS=-mod=mod go build -v -ldflags='-s -w' -o "$out/$name.tmp" "./cmd/$name" 2>&1 |
+		CGO_ENABLED=0 GOFLAGS="-mod=readonly -buildvcs=false" go build -v -ldflags='-s -w' -o "$out/$name.tmp" "./cmd/$name" 2>&1 |
 			awk -v n="$name" '/^[a-zA-Z0-9._~/-]+$/ {c++; if (c%100==0) {printf "[build-tools] %s: %d packages compiled\n", n, c > "/dev/stderr"; fflush()}; next} {print > "/dev/stderr"}'
 		exit "${PIPESTATUS[0]}"
 	)
