@@ -150,7 +150,7 @@ func (c *endpointSliceCache) newSliceInfo(svc types.NamespacedName, slice *disco
 	if remove {
 		return info
 	}
-	logger := klog.LoggerWithValues(klog.Background(), "endpointSlice", klog.KObj(slice), "service", svc, "ipFamily", c.family)
+	logger := sliceLogger{slice: slice, svc: svc, family: c.family}
 	for _, p := range slice.Ports {
 		switch {
 		case p.Name == nil:
@@ -271,14 +271,30 @@ func (c *endpointSliceCache) endpointsMap(svc types.NamespacedName, byName map[s
 		if len(byEndpoint) == 0 {
 			continue
 		}
-		eps := make([]*Endpoint, 0, len(byEndpoint))
-		for _, ep := range byEndpoint {
-			eps = append(eps, ep)
+		keys := make([]string, 0, len(byEndpoint))
+		for key := range byEndpoint {
+			keys = append(keys, key)
 		}
-		slices.SortFunc(eps, func(a, b *Endpoint) int { return cmp.Compare(a.String(), b.String()) })
+		slices.Sort(keys) // the keys are the endpoints' String()
+		eps := make([]*Endpoint, len(keys))
+		for i, key := range keys {
+			eps[i] = byEndpoint[key]
+		}
 		em[spn] = eps
 	}
 	return em
+}
+
+// sliceLogger builds its structured logger only when something is logged: most
+// slices are valid, and the values cost allocations on every update.
+type sliceLogger struct {
+	slice  *discovery.EndpointSlice
+	svc    types.NamespacedName
+	family v1.IPFamily
+}
+
+func (l sliceLogger) Info(msg string, kv ...any) {
+	klog.Background().WithValues("endpointSlice", klog.KObj(l.slice), "service", l.svc, "ipFamily", l.family).Info(msg, kv...)
 }
 
 // usability ranks duplicate copies of an endpoint: ready beats serving-terminating
