@@ -182,7 +182,7 @@ func TestWriteConfigRoundTrips(t *testing.T) {
 	for name, args := range map[string][]string{
 		"defaults":   nil,
 		"flags":      {"--proxy-mode=ipvs", "--ipvs-scheduler=mh", "--ipvs-exclude-cidrs=10.1.0.0/16,fd00:1::/64", "--cluster-cidr=10.244.0.0/16,fd00:244::/56", "--nodeport-addresses=primary", "--masquerade-all", "--v=3", "--feature-gates=AllBeta=false", "--conntrack-udp-timeout=30s"},
-		"all fields": {"--config", filepath.Join("..", "..", "..", "pkg", "proxy", "apis", "config", "testdata", "all-fields.yaml")},
+		"all fields": {"--config", writeFile(t, "all-fields.yaml", string(proxyconfigapi.AllFieldsExample))},
 	} {
 		t.Run(name, func(t *testing.T) {
 			first := writeConfig(t, args...)

@@ -364,3 +364,13 @@ func TestValidate(t *testing.T) {
 		})
 	}
 }
+
+func TestAllFieldsExampleIsTheTestdataFile(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join("testdata", "all-fields.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(data) != string(AllFieldsExample) {
+		t.Error("AllFieldsExample differs from testdata/all-fields.yaml")
+	}
+}
