@@ -18,6 +18,7 @@ func runServe(args []string) error {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	name := fs.String("name", "", "name to answer with (default: hostname)")
 	port := fs.Int("port", 8080, "TCP and UDP port")
+	host := fs.String("host", "", "address to listen on (default: all of the pod's)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -25,7 +26,7 @@ func runServe(args []string) error {
 		h, _ := os.Hostname()
 		*name = h
 	}
-	addr := fmt.Sprintf(":%d", *port)
+	addr := net.JoinHostPort(*host, fmt.Sprint(*port))
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return err

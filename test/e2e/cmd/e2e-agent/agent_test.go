@@ -1,0 +1,140 @@
+package main
+
+import (
+	"encoding/json"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/test/e2e/agentproto"
+)
+
+// Everything here runs on 127.0.0.1 in the host's root namespace: the agent
+// dials a listener of the test, as it dials the qemu guestfwd in the VM.
+
+func startAgent(t *testing.T) net.Listener {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() { _ = runAgent([]string{"--connect", ln.Addr().String()}) }()
+	return ln
+}
+
+func call(t *testing.T, ln net.Listener, req agentproto.Request) agentproto.Response {
+	t.Helper()
+	c, err := ln.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(20 * time.Second))
+	if err := json.NewEncoder(c).Encode(req); err != nil {
+		t.Fatal(err)
+	}
+	var resp agentproto.Response
+	if err := json.NewDecoder(c).Decode(&resp); err != nil {
+		t.Fatal(err)
+	}
+	return resp
+}
+
+func TestAgentExecReportsExitCodeAndOutput(t *testing.T) {
+	ln := startAgent(t)
+	resp := call(t, ln, agentproto.Request{Op: agentproto.OpExec, Argv: []string{"sh", "-c", "echo out; echo err >&2; cat; exit 3"}, Stdin: []byte("in\n")})
+	if resp.Error != "" || resp.ExitCode != 3 || string(resp.Stdout) != "out\nin\n" || string(resp.Stderr) != "err\n" {
+		t.Fatalf("exec response = %+v", resp)
+	}
+	resp = call(t, ln, agentproto.Request{Op: agentproto.OpExec, Argv: []string{"/nonexistent/binary"}})
+	if resp.Error == "" || resp.ExitCode != -1 {
+		t.Fatalf("exec of a missing binary = %+v, want an error", resp)
+	}
+	resp = call(t, ln, agentproto.Request{Op: agentproto.OpExec, Argv: []string{"sleep", "30"}, Timeout: 300 * time.Millisecond})
+	if !strings.Contains(resp.Error, "timed out") {
+		t.Fatalf("exec past its timeout = %+v, want a timeout error", resp)
+	}
+}
+
+func TestAgentWriteStartSignal(t *testing.T) {
+	ln := startAgent(t)
+	dir := t.TempDir()
+	path := filepath.Join(dir, "sub", "f")
+	if resp := call(t, ln, agentproto.Request{Op: agentproto.OpWrite, Path: path, Data: []byte("data"), Mode: 0o600}); resp.Error != "" {
+		t.Fatal(resp.Error)
+	}
+	st, err := os.Stat(path)
+	if err != nil || st.Mode().Perm() != 0o600 {
+		t.Fatalf("written file: %v %v", st, err)
+	}
+	if b, _ := os.ReadFile(path); string(b) != "data" {
+		t.Fatalf("written file holds %q", b)
+	}
+
+	logPath := filepath.Join(dir, "log")
+	resp := call(t, ln, agentproto.Request{Op: agentproto.OpStart, Argv: []string{"sh", "-c", "echo started; exec sleep 60"}, Log: logPath})
+	if resp.Error != "" || resp.PID == 0 {
+		t.Fatalf("start = %+v", resp)
+	}
+	if r := call(t, ln, agentproto.Request{Op: agentproto.OpSignal, PID: resp.PID, Signal: int(syscall.SIGTERM)}); r.Error != "" {
+		t.Fatal(r.Error)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for syscall.Kill(resp.PID, 0) == nil {
+		if time.Now().After(deadline) {
+			t.Fatalf("process %d still alive after SIGTERM", resp.PID)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if b, _ := os.ReadFile(logPath); string(b) != "started\n" {
+		t.Fatalf("background log = %q", b)
+	}
+	if r := call(t, ln, agentproto.Request{Op: agentproto.OpSignal, PID: 1, Signal: 0}); r.Error == "" {
+		t.Fatal("signalling a process the agent did not start must fail")
+	}
+	if r := call(t, ln, agentproto.Request{Op: "bogus"}); r.Error == "" {
+		t.Fatal("an unknown op must fail")
+	}
+}
+
+func TestServeAndClientTCPAndUDP(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := ln.Addr().(*net.TCPAddr).Port
+	ln.Close()
+	go func() { _ = runServe([]string{"--name", "pod-x", "--host", "127.0.0.1", "--port", itoa(port)}) }()
+	addr := net.JoinHostPort("127.0.0.1", itoa(port))
+	for _, proto := range []string{"tcp", "udp"} {
+		var line string
+		var err error
+		for i := 0; i < 50; i++ {
+			if line, err = attempt(proto, addr, time.Second); err == nil {
+				break
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		if err != nil {
+			t.Fatalf("%s: %v", proto, err)
+		}
+		if !strings.HasPrefix(line, "pod-x from=127.0.0.1:") {
+			t.Fatalf("%s answer = %q", proto, line)
+		}
+	}
+	if err := runClient([]string{"--addr", addr, "--count", "2"}); err != nil {
+		t.Fatalf("client against a live server: %v", err)
+	}
+	// A closed port: every attempt fails and the client says so.
+	if err := runClient([]string{"--addr", "127.0.0.1:1", "--count", "1", "--timeout", "500ms"}); err == nil {
+		t.Fatal("client against a closed port must fail")
+	}
+}
+
+func itoa(i int) string { return strconv.Itoa(i) }
