@@ -87,31 +87,50 @@ endpoints as upstream kube-proxy ` + upstreamVersion + ` --proxy-mode=ipvs.`,
 	return cmd
 }
 
-// addVersionFlag registers --version with upstream's spelling: --version prints,
-// --version=raw prints the full struct.
+// versionValue is --version with upstream's semantics: --version (true) and
+// --version=raw print and exit; --version=vX.Y.Z... sets the reported version
+// (component-base's dynamic version) and the daemon runs.
+type versionValue struct{ val *string }
+
+func (v versionValue) String() string   { return *v.val }
+func (v versionValue) Type() string     { return "version" }
+func (v versionValue) IsBoolFlag() bool { return true }
+func (v versionValue) Set(s string) error {
+	switch {
+	case s == "raw":
+		*v.val = "raw"
+	case strings.HasPrefix(s, "v"):
+		if err := version.SetDynamicVersion(s); err != nil {
+			return err
+		}
+		*v.val = "false"
+	default:
+		b, err := strconv.ParseBool(s)
+		if err != nil {
+			return fmt.Errorf("want true, false, raw or vX.Y.Z: %w", err)
+		}
+		*v.val = strconv.FormatBool(b)
+	}
+	return nil
+}
+
 func addVersionFlag(fs *pflag.FlagSet, p *string) {
 	*p = "false"
-	fs.StringVar(p, "version", "false", "--version, --version=raw prints version information and quits; --version=vX.Y.Z... sets the reported version")
+	fs.Var(versionValue{p}, "version", "--version, --version=raw prints version information and quits; --version=vX.Y.Z... sets the reported version")
 	fs.Lookup("version").NoOptDefVal = "true"
 }
 
 func printVersion(w io.Writer, mode string) error {
 	info := version.Get()
-	switch mode {
-	case "raw":
+	if mode == "raw" {
 		fmt.Fprintf(w, "%#v\n", info)
-	case "true":
-		v := info.GitVersion
-		if strings.Contains(v, "$Format") {
-			v = "v0.0.0-dev" // built without -ldflags -X k8s.io/component-base/version.gitVersion=...
-		}
-		fmt.Fprintf(w, "kube-proxy-ipvs %s (compatible with kube-proxy %s)\n", v, upstreamVersion)
-	default:
-		if !strings.HasPrefix(mode, "v") {
-			return fmt.Errorf("invalid --version value %q: want true, raw or vX.Y.Z", mode)
-		}
-		fmt.Fprintf(w, "kube-proxy-ipvs %s\n", mode)
+		return nil
 	}
+	v := info.GitVersion
+	if strings.Contains(v, "$Format") {
+		v = "v0.0.0-dev" // built without -ldflags -X k8s.io/component-base/version.gitVersion=...
+	}
+	fmt.Fprintf(w, "kube-proxy-ipvs %s (compatible with kube-proxy %s)\n", v, upstreamVersion)
 	return nil
 }
 
