@@ -14,6 +14,9 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 	cliflag "k8s.io/component-base/cli/flag"
+	"k8s.io/component-base/featuregate"
+	"k8s.io/component-base/metrics"
+	metricsfeatures "k8s.io/component-base/metrics/features"
 	"k8s.io/component-base/version"
 
 	proxyconfigapi "github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/proxy/apis/config"
@@ -162,6 +165,7 @@ func (r *invocation) run(fs *pflag.FlagSet) error {
 		return err
 	}
 	cliflag.PrintFlags(fs) // "FLAG: --name=value" at -v=1, as upstream logs them
+	applyMetricsSettings(cfg.ShowHiddenMetricsForVersion, r.opts.featureGate)
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
@@ -214,6 +218,17 @@ func (r *invocation) validate() error {
 		return fmt.Errorf("invalid configuration (from %s): %w", source, errs.ToAggregate())
 	}
 	return nil
+}
+
+// applyMetricsSettings does what upstream does before any metric is registered:
+// propagate the metrics feature gates, honour --show-hidden-metrics-for-version
+// and expose kubernetes_feature_enabled.
+func applyMetricsSettings(showHiddenFor string, fg featuregate.MutableVersionedFeatureGate) {
+	metricsfeatures.ApplyFeatureGates(fg)
+	if showHiddenFor != "" {
+		metrics.SetShowHidden()
+	}
+	fg.AddMetrics()
 }
 
 // runProxy does what the validated options ask: clean up, initialise the
