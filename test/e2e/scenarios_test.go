@@ -279,6 +279,58 @@ func TestHealthzAndMetrics(t *testing.T) {
 	}
 }
 
+// TestPodToServiceSourceIP: a pod reaching another pod through a ClusterIP
+// keeps its own source address (no masquerade inside the cluster CIDR), while
+// a pod reaching itself through the VIP (hairpin) is masqueraded via the
+// KUBE-LOOP-BACK set, or the reply would never come back through IPVS.
+func TestPodToServiceSourceIP(t *testing.T) {
+	requireKubeProxy(t)
+	dumpOnFailure(t)
+	ctx := context.Background()
+	ns := newNamespace(t, ctx, "e2e-srcip")
+	pods := addPods(t, ctx, "src", 101, 2)
+	svc := createService(t, ctx, ns, "only-b", corev1.ServiceTypeClusterIP, pods[1:], framework.ServicePort{Name: "http", Protocol: corev1.ProtocolTCP, Port: 80})
+	vip := svc.Spec.ClusterIP + ":80"
+	waitRealServers(t, ctx, "TCP", vip, masq(pods[1:]))
+
+	out, err := node.ClientFrom(ctx, "src-a", "tcp", vip, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("src-a -> %s: %s", vip, out)
+	if !strings.HasPrefix(out, "src-b from="+pods[0].IP+":") {
+		t.Errorf("src-a -> %s: answer %q, want src-b seeing src-a's own address %s", vip, out, pods[0].IP)
+	}
+	out, err = node.ClientFrom(ctx, "src-b", "tcp", vip, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("hairpin src-b -> %s: %s", vip, out)
+	if !strings.HasPrefix(out, "src-b from=") || strings.HasPrefix(out, "src-b from="+pods[1].IP+":") {
+		t.Errorf("hairpin src-b -> %s -> src-b: answer %q, want an answer from a masqueraded source", vip, out)
+	}
+	guest(t, ctx, fmt.Sprintf("ipset list KUBE-LOOP-BACK | grep -qx '%[1]s,tcp:8080,%[1]s'", pods[1].IP))
+}
+
+// TestLoadBalancerIngressIP: a LoadBalancer Service whose status carries an
+// ingress IP gets a virtual server on it and a KUBE-LOAD-BALANCER member, and
+// answers there. 10.0.2.60 is in the VM's own subnet.
+func TestLoadBalancerIngressIP(t *testing.T) {
+	requireKubeProxy(t)
+	dumpOnFailure(t)
+	ctx := context.Background()
+	ns := newNamespace(t, ctx, "e2e-lb")
+	pods := addPods(t, ctx, "lb", 111, 2)
+	svc := createService(t, ctx, ns, "lb", corev1.ServiceTypeLoadBalancer, pods, framework.ServicePort{Name: "http", Protocol: corev1.ProtocolTCP, Port: 80})
+	svc.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: "10.0.2.60"}}
+	if _, err := cp.Client.CoreV1().Services(ns).UpdateStatus(ctx, svc, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitRealServers(t, ctx, "TCP", "10.0.2.60:80", masq(pods))
+	guest(t, ctx, "ipset list KUBE-LOAD-BALANCER | grep -qx '10.0.2.60,tcp:80'")
+	expectAnswers(t, ctx, "", "tcp", "10.0.2.60:80", 4, map[string]int{"lb-a": 2, "lb-b": 2})
+}
+
 // TestKubeProxyRestartKeepsServices (runs last: it restarts the daemon):
 // stopping kube-proxy leaves the data path in place (Services keep
 // answering), and a restarted kube-proxy adopts the existing state without
@@ -319,5 +371,31 @@ func TestKubeProxyRestartKeepsServices(t *testing.T) {
 	})
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestCleanupLeavesNothing (runs after the restart scenario, last): `kube-proxy
+// --cleanup` on a node where it ran removes kube-ipvs0, every IPVS virtual
+// server, the KUBE-* ipsets and the KUBE-* iptables chains.
+func TestCleanupLeavesNothing(t *testing.T) {
+	requireKubeProxy(t)
+	dumpOnFailure(t)
+	ctx := context.Background()
+	if err := node.StopKubeProxy(ctx); err != nil {
+		t.Fatal(err)
+	}
+	r, err := vm.Exec(ctx, "/kpi/bin/kube-proxy", "--cleanup", "--config=/kpi/kube-proxy/config.yaml", "--v=2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.ExitCode != 0 {
+		t.Fatalf("kube-proxy --cleanup exited %d:\n%s%s", r.ExitCode, r.Stdout, r.Stderr)
+	}
+	out := guest(t, ctx, `ip link show kube-ipvs0 2>/dev/null | head -1
+ipvsadm -Ln | awk 'NR>3'
+ipset list -n | grep '^KUBE-' || true
+iptables-save | grep -E '^:KUBE-|-j KUBE-' || true`)
+	if strings.TrimSpace(out) != "" {
+		t.Fatalf("left behind after kube-proxy --cleanup:\n%s", out)
 	}
 }
