@@ -36,6 +36,10 @@ build_one() { # name
 	log "$name built in $((SECONDS - start)) s"
 }
 
+# Concurrent runs (two engineers, CI) wait for each other instead of racing.
+mkdir -p "$cache"
+exec 9>"$cache/.lock-tools"
+flock 9
 build_one etcd
 build_one kube-apiserver
 echo "$out"

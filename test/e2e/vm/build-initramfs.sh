@@ -22,6 +22,14 @@ if [[ -f "$out/base.cpio.gz" ]]; then
 	echo "$out/base.cpio.gz"
 	exit 0
 fi
+mkdir -p "$cache/initramfs"
+# Concurrent runs wait for each other instead of building twice.
+exec 9>"$cache/initramfs/.lock"
+flock 9
+if [[ -f "$out/base.cpio.gz" ]]; then
+	echo "$out/base.cpio.gz"
+	exit 0
+fi
 start=$SECONDS
 log "building the base initramfs for $kver into $out"
 mkdir -p "$out"

@@ -30,6 +30,13 @@ if [[ -f "$dir/done" ]]; then
 fi
 
 mkdir -p "$dir"
+# Concurrent runs wait for each other instead of unpacking into one folder.
+exec 9>"$dir.lock"
+flock 9
+if [[ -f "$dir/done" ]]; then
+	echo "$dir"
+	exit 0
+fi
 start=$SECONDS
 deb=$(ls "$dir"/*.deb 2>/dev/null | head -1 || true)
 if [[ -z $deb ]]; then
