@@ -129,12 +129,17 @@ func benchClock() *testingclock.FakeClock {
 	return testingclock.NewFakeClock(time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC))
 }
 
-// feed hands the whole cluster to the proxier's handlers, as the informers' initial
-// list does, and marks Services synced; the first sync runs on OnEndpointSlicesSynced.
+// feed hands the whole cluster to the proxier, as the informers' initial list does,
+// and marks Services synced; the first sync runs on OnEndpointSlicesSynced. It feeds
+// the trackers as OnServiceAdd and OnEndpointSliceAdd do but without their
+// pending-changes gauge, which walks every Service on every event and so makes an
+// initial list of n slices O(n^2) (minutes at 50k; see docs/PERFORMANCE.md, Scale).
+// The one-endpoint change benchmark goes through the real handler.
 func feed(p *Proxier, c *cluster.Cluster) {
 	for i := range c.Services {
-		p.OnServiceAdd(c.Services[i])
-		p.OnEndpointSliceAdd(c.Slices[i])
+		p.recordPorts(nil, c.Services[i])
+		p.serviceChanges.Update(nil, c.Services[i])
+		p.endpointsChanges.EndpointSliceUpdate(c.Slices[i], false)
 	}
 	p.OnServiceSynced()
 }

@@ -7,7 +7,6 @@ import (
 	"strings"
 
 	v1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
 
 	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/proxy"
@@ -303,6 +302,3 @@ func ipPortNetEntry(ip, proto string, port int, cidr *net.IPNet) string {
 	}
 	return ipPortEntry(ip, proto, port) + "," + net
 }
-
-// serviceName returns the Service a port belongs to.
-func serviceName(spn proxy.ServicePortName) types.NamespacedName { return spn.NamespacedName }

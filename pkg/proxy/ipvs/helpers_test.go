@@ -232,10 +232,6 @@ func port(name string, proto v1.Protocol, p int32, nodePort int32) func(*v1.Serv
 	}
 }
 
-func svcType(t v1.ServiceType) func(*v1.Service) {
-	return func(s *v1.Service) { s.Spec.Type = t }
-}
-
 func externalIPs(ips ...string) func(*v1.Service) {
 	return func(s *v1.Service) { s.Spec.ExternalIPs = ips }
 }
@@ -274,19 +270,12 @@ func affinity(timeout int32) func(*v1.Service) {
 
 type epMod func(*discovery.Endpoint)
 
-func onNode(n string) epMod { return func(e *discovery.Endpoint) { e.NodeName = ptr.To(n) } }
-
 func terminating(serving bool) epMod {
 	return func(e *discovery.Endpoint) {
 		e.Conditions.Ready = ptr.To(false)
 		e.Conditions.Serving = ptr.To(serving)
 		e.Conditions.Terminating = ptr.To(true)
 	}
-}
-
-func notReady(e *discovery.Endpoint) {
-	e.Conditions.Ready = ptr.To(false)
-	e.Conditions.Serving = ptr.To(false)
 }
 
 func endpoint(ip string, mods ...epMod) discovery.Endpoint {

@@ -38,10 +38,6 @@ func newTouched() *touched {
 	return &touched{vs: sets.New[string](), entries: sets.New[setEntry](), addrs: sets.New[string]()}
 }
 
-func (t *touched) empty() bool {
-	return t.vs.Len() == 0 && t.entries.Len() == 0 && t.addrs.Len() == 0 && !t.outFilter && !t.health
-}
-
 func newDesiredIndex() *desiredIndex {
 	return &desiredIndex{
 		services:      map[types.NamespacedName]*serviceState{},

@@ -182,8 +182,6 @@ COMMIT
 type backend struct {
 	ipt Interface
 	nft bool
-	// setup prepares the kernel (ipsets the rules reference); nil for the Fake.
-	setup func(t *testing.T)
 }
 
 func runRestoreScenarios(t *testing.T, newBackend func(t *testing.T) backend) {
