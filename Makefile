@@ -5,7 +5,7 @@ GO ?= go
 BIN := bin
 export CGO_ENABLED ?= 0
 
-.PHONY: all build test unit integration e2e demo bench lint image deps clean
+.PHONY: all build test unit integration vmtest e2e demo bench lint image deps clean
 
 all: build
 
@@ -13,7 +13,7 @@ build:
 	$(GO) build -o $(BIN)/kube-proxy ./cmd/kube-proxy
 
 # Everything CI runs: the README's test command.
-test: deps lint unit integration e2e
+test: deps lint unit integration vmtest e2e
 
 deps:
 	hack/install-deps.sh
@@ -24,6 +24,10 @@ unit:
 # Real ipset/iptables/conntrack in throwaway network namespaces (root).
 integration:
 	hack/integration.sh
+
+# Kernel-layer tests (IPVS, dummy link, conntrack, sysctl) in the IPVS VM.
+vmtest:
+	hack/vmtest.sh
 
 e2e: build
 	test/e2e/run.sh
