@@ -169,7 +169,7 @@ func plot(path string, all []series) error {
 	line(img, left, height-bottom, width-right, height-bottom, black)
 	text(img, left, top-20, "Sync time vs Service count (10 endpoints each, fake kernel; log-log)", black)
 	text(img, left+int(pw)/2-60, height-18, "Services (log)", black)
-	text(img, 8, top-4, "ms per sync", black)
+	text(img, 8, top-30, "ms per sync", black)
 
 	for i, s := range all {
 		for j, p := range s.points {
@@ -179,7 +179,7 @@ func plot(path string, all []series) error {
 				q := s.points[j-1]
 				thick(img, px(q.x), py(q.y), x, y, s.color)
 			}
-			text(img, x+6, y-6, strconv.FormatFloat(p.y, 'g', 3, 64), s.color)
+			text(img, x+6, y-6, pointLabel(p.y), s.color)
 		}
 		ly := top + 20 + 22*i
 		thick(img, width-right+15, ly-4, width-right+40, ly-4, s.color)
@@ -216,7 +216,15 @@ func maxOf(v []float64) float64 {
 	return m
 }
 
-func fmtMs(v float64) string { return strconv.FormatFloat(v, 'g', 3, 64) }
+func fmtMs(v float64) string { return strconv.FormatFloat(v, 'f', -1, 64) }
+
+// pointLabel prints a value with 3 significant digits, never in exponent form.
+func pointLabel(v float64) string {
+	if v >= 100 {
+		return strconv.FormatFloat(v, 'f', 0, 64)
+	}
+	return strconv.FormatFloat(v, 'g', 3, 64)
+}
 
 func fmtN(v float64) string {
 	if v >= 1000 {
