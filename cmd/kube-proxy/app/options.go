@@ -24,6 +24,8 @@ type Options struct {
 	CleanupAndExit bool
 	// InitAndExit is --init-only.
 	InitAndExit bool
+	// VirtualServerMetrics is --ipvs-virtual-server-metrics (ours, not upstream's).
+	VirtualServerMetrics bool
 	// Master is --master, overriding the kubeconfig's server.
 	Master string
 	// hostnameOverride is --hostname-override, applied trimmed and lowercased.
@@ -71,6 +73,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.Var(ipPortValue{&c.HealthzBindAddress}, "healthz-bind-address", "The IP address and port for the health check server to serve on, defaulting to \"0.0.0.0:10256\". Set empty to disable.")
 	fs.Var(ipPortValue{&c.MetricsBindAddress}, "metrics-bind-address", "The IP address and port for the metrics server to serve on, defaulting to \"127.0.0.1:10249\". (Set to \"0.0.0.0:10249\" / \"[::]:10249\" to bind on all interfaces.) Set empty to disable.")
 	fs.BoolVar(&c.BindAddressHardFail, "bind-address-hard-fail", c.BindAddressHardFail, "If true kube-proxy will treat failure to bind to a port as fatal and exit")
+	fs.BoolVar(&o.VirtualServerMetrics, "ipvs-virtual-server-metrics", o.VirtualServerMetrics, "If true, export per-Service IPVS counters (connections, packets, bytes per virtual server) as kubeproxy_ipvs_virtual_server_* metrics. Not an upstream flag; each scrape reads the IPVS table once.")
 	fs.BoolVar(&c.EnableProfiling, "profiling", c.EnableProfiling, "If true enables profiling via web interface on /debug/pprof handler.")
 	fs.StringVar(&c.ShowHiddenMetricsForVersion, "show-hidden-metrics-for-version", c.ShowHiddenMetricsForVersion,
 		"The previous version for which you want to show hidden metrics. Only the previous minor version is meaningful, other values will not be allowed. "+

@@ -16,6 +16,7 @@ import (
 	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/proxy/healthcheck"
 	ipvsproxy "github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/proxy/ipvs"
 	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/proxy/metaproxier"
+	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/proxy/metrics"
 	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/conntrack"
 	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/ipset"
 	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/iptables"
@@ -64,6 +65,7 @@ func createProxier(ctx context.Context, s *ProxyServer) (proxy.Provider, error) 
 	}
 
 	proxiers := map[v1.IPFamily]proxy.Provider{}
+	var all []*ipvsproxy.Proxier
 	for _, family := range s.IPFamilies {
 		ipt := iptables.New(exec, iptablesProtocol(family), mode)
 		af := uint8(unix.AF_INET)
@@ -111,6 +113,18 @@ func createProxier(ctx context.Context, s *ProxyServer) (proxy.Provider, error) 
 			return nil, fmt.Errorf("creating the %s proxier: %w", family, err)
 		}
 		proxiers[family] = p
+		all = append(all, p)
+	}
+	if s.VirtualServerMetrics {
+		if err := metrics.RegisterVirtualServerStats(func() []metrics.VirtualServerStats {
+			var out []metrics.VirtualServerStats
+			for _, p := range all {
+				out = append(out, p.VirtualServerStats()...)
+			}
+			return out
+		}); err != nil {
+			return nil, err
+		}
 	}
 	if len(proxiers) == 2 {
 		return metaproxier.New(proxiers[v1.IPv4Protocol], proxiers[v1.IPv6Protocol]), nil

@@ -73,6 +73,8 @@ type ProxyServer struct {
 
 	// ConfigFile is --config; the daemon exits when its content changes.
 	ConfigFile string
+	// VirtualServerMetrics enables the per-Service IPVS counters.
+	VirtualServerMetrics bool
 
 	deps deps
 }
@@ -118,7 +120,7 @@ func kernelSupportsFamily(family v1.IPFamily) bool {
 func newProxyServer(ctx context.Context, o *Options, d deps) (*ProxyServer, error) {
 	logger := klog.FromContext(ctx)
 	cfg := o.config
-	s := &ProxyServer{Config: cfg, FeatureGate: o.featureGate, Sysctl: d.kernel.sysctl, ConfigFile: o.ConfigFile, deps: d}
+	s := &ProxyServer{Config: cfg, FeatureGate: o.featureGate, Sysctl: d.kernel.sysctl, ConfigFile: o.ConfigFile, VirtualServerMetrics: o.VirtualServerMetrics, deps: d}
 
 	name, err := resolveNodeName(cfg.HostnameOverride, d.hostname)
 	if err != nil {

@@ -54,6 +54,7 @@ type serviceState struct {
 
 // desiredVS is one virtual server with the real servers it should have.
 type desiredVS struct {
+	port        proxy.ServicePortName // the Service port it serves (for metrics)
 	vs          *ipvs.VirtualServer
 	realServers map[string]*ipvs.RealServer // by RealServer.Key()
 }
@@ -150,7 +151,7 @@ func buildServicePort(bc *buildContext, sp servicePort, st *serviceState, vss ma
 				st.noLocalExternal = true
 			}
 		}
-		vss[vs.Key()] = &desiredVS{vs: vs, realServers: realServersFor(bc, svc, eps, sp.endpoints, local)}
+		vss[vs.Key()] = &desiredVS{port: sp.name, vs: vs, realServers: realServersFor(bc, svc, eps, sp.endpoints, local)}
 	}
 
 	// ClusterIP.

@@ -94,3 +94,33 @@ func observeChangesApplied() {
 	metrics.ServiceChangesPending.Set(0)
 	metrics.EndpointChangesPending.Set(0)
 }
+
+// VirtualServerStats reports the kernel counters of every virtual server this proxier
+// owns, labelled with the Service port it serves: one IPVS dump per call, for the
+// optional per-Service metrics (--ipvs-virtual-server-metrics).
+func (p *Proxier) VirtualServerStats() []metrics.VirtualServerStats {
+	vss, err := p.kernel.IPVS.GetVirtualServers(p.ctx)
+	if err != nil {
+		p.logger.Error(err, "Failed to read IPVS counters")
+		return nil
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := make([]metrics.VirtualServerStats, 0, len(vss))
+	for _, vs := range vss {
+		if !p.ourFamily(vs.Address) {
+			continue
+		}
+		d := p.index.virtualServer(vs.Key())
+		if d == nil {
+			continue
+		}
+		out = append(out, metrics.VirtualServerStats{
+			Namespace: d.port.Namespace, Service: d.port.Name, PortName: d.port.Port,
+			Protocol: vs.Protocol, Address: vs.Address.String(), Port: int(vs.Port),
+			Connections: vs.Stats.Connections, IncomingPackets: vs.Stats.PacketsIn, OutgoingPackets: vs.Stats.PacketsOut,
+			IncomingBytes: vs.Stats.BytesIn, OutgoingBytes: vs.Stats.BytesOut,
+		})
+	}
+	return out
+}

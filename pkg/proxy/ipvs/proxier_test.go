@@ -6,6 +6,9 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	v1 "k8s.io/api/core/v1"
+
+	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/proxy/metrics"
+	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/ipvs"
 )
 
 func diff(t *testing.T, what, want, got string) {
@@ -98,4 +101,20 @@ net/ipv4/vs/conntrack = 1
 net/ipv4/vs/expire_nodest_conn = 1
 net/ipv4/vs/expire_quiescent_template = 1
 `, e.sc.Dump())
+}
+
+func TestVirtualServerStats(t *testing.T) {
+	e := newTestEnv(t, v1.IPv4Protocol)
+	e.start(makeService("ns", "web", clusterIP("10.96.0.10"), port("http", v1.ProtocolTCP, 80, 0)),
+		makeSlice("ns", "web", "web-1", tcp("http", 8080), endpoint("10.244.2.7")))
+	vss, _ := e.ipvs.GetVirtualServers(t.Context())
+	if err := e.ipvs.SetVirtualServerStats(vss[0], ipvs.Counters{Connections: 3, PacketsIn: 10, PacketsOut: 9, BytesIn: 1000, BytesOut: 900}); err != nil {
+		t.Fatal(err)
+	}
+	got := e.p.VirtualServerStats()
+	want := []metrics.VirtualServerStats{{Namespace: "ns", Service: "web", PortName: "http", Protocol: "TCP", Address: "10.96.0.10", Port: 80,
+		Connections: 3, IncomingPackets: 10, OutgoingPackets: 9, IncomingBytes: 1000, OutgoingBytes: 900}}
+	if d := cmp.Diff(want, got); d != "" {
+		t.Errorf("stats (-want +got):\n%s", d)
+	}
 }

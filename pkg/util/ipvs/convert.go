@@ -101,6 +101,13 @@ func toVirtualServer(svc *libipvs.Service) (*VirtualServer, error) {
 		Scheduler: svc.SchedName,
 		Flags:     svc.Flags,
 		Timeout:   svc.Timeout,
+		Stats: Counters{
+			Connections: uint64(svc.Stats.Connections),
+			PacketsIn:   uint64(svc.Stats.PacketsIn),
+			PacketsOut:  uint64(svc.Stats.PacketsOut),
+			BytesIn:     svc.Stats.BytesIn,
+			BytesOut:    svc.Stats.BytesOut,
+		},
 	}, nil
 }
 

@@ -147,6 +147,7 @@ func (f *Fake) AddVirtualServer(ctx context.Context, vs *VirtualServer) error {
 	}
 	stored := copyVS(vs)
 	stored.Flags |= FlagHashed
+	stored.Stats = Counters{} // a new service starts at zero
 	f.services[vs.Key()] = &fakeService{vs: *stored, dsts: map[string]*RealServer{}}
 	return nil
 }
@@ -169,6 +170,7 @@ func (f *Fake) UpdateVirtualServer(ctx context.Context, vs *VirtualServer) error
 	}
 	stored := copyVS(vs)
 	stored.Flags |= FlagHashed
+	stored.Stats = svc.vs.Stats // the kernel keeps a service's counters across updates
 	svc.vs = *stored
 	return nil
 }
@@ -299,6 +301,18 @@ func (f *Fake) GetRealServers(ctx context.Context, vs *VirtualServer) ([]*RealSe
 		out = append(out, copyRS(d))
 	}
 	return out, nil
+}
+
+// SetVirtualServerStats sets the counters GetVirtualServers reports for vs.
+func (f *Fake) SetVirtualServerStats(vs *VirtualServer, c Counters) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	svc, ok := f.services[vs.Key()]
+	if !ok {
+		return errorf(syscall.ESRCH, "setting counters of %s", vs)
+	}
+	svc.vs.Stats = c
+	return nil
 }
 
 // SetRealServerConnections sets the active and inactive connection counters the

@@ -34,6 +34,18 @@ type VirtualServer struct {
 	Scheduler string
 	Flags     uint32
 	Timeout   uint32 // persistence timeout in seconds, with FlagPersistent
+	// Stats are the kernel's cumulative counters, filled by GetVirtualServers and
+	// ignored everywhere else (Equal, Add, Update).
+	Stats Counters
+}
+
+// Counters are a virtual server's cumulative statistics.
+type Counters struct {
+	Connections uint64
+	PacketsIn   uint64
+	PacketsOut  uint64
+	BytesIn     uint64
+	BytesOut    uint64
 }
 
 // Key identifies a virtual server: "TCP/10.0.0.1:80" or "TCP/[fd00::1]:80".
