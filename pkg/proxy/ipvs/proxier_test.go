@@ -118,3 +118,18 @@ func TestVirtualServerStats(t *testing.T) {
 		t.Errorf("stats (-want +got):\n%s", d)
 	}
 }
+
+// TestStrictARP (kubernetes#59976): with strictARP the node stops answering ARP for
+// addresses on kube-ipvs0.
+func TestStrictARP(t *testing.T) {
+	e := newTestEnv(t, v1.IPv4Protocol, func(o *Options) { o.StrictARP = true })
+	for name, want := range map[string]int{"net/ipv4/conf/all/arp_ignore": 1, "net/ipv4/conf/all/arp_announce": 2} {
+		if got, err := e.sc.GetSysctl(name); err != nil || got != want {
+			t.Errorf("%s = %d (%v), want %d", name, got, err, want)
+		}
+	}
+	plain := newTestEnv(t, v1.IPv4Protocol)
+	if got, _ := plain.sc.GetSysctl("net/ipv4/conf/all/arp_ignore"); got != 0 {
+		t.Errorf("arp_ignore set without strictARP")
+	}
+}
