@@ -88,6 +88,14 @@ func (ect *EndpointsChangeTracker) PendingChanges() sets.Set[string] {
 	return ect.cache.pendingServices()
 }
 
+// PendingChangeCount is the number of Services with endpoint changes not yet
+// applied, in constant time (for the pending-changes gauge on every event).
+func (ect *EndpointsChangeTracker) PendingChangeCount() int {
+	ect.lock.Lock()
+	defer ect.lock.Unlock()
+	return ect.cache.pending.Len()
+}
+
 // lastChangeTriggerTime parses endpoints.kubernetes.io/last-change-trigger-time; zero
 // when absent or malformed.
 func lastChangeTriggerTime(slice *discovery.EndpointSlice) time.Time {

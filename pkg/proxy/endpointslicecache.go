@@ -25,6 +25,9 @@ type endpointSliceCache struct {
 	nodeName string
 	// byService is guarded by the EndpointsChangeTracker's lock.
 	byService map[types.NamespacedName]*sliceTracker
+	// pending names the Services with pending slices, so that counting and checking
+	// out changes cost what changed, not the cluster's size.
+	pending sets.Set[types.NamespacedName]
 }
 
 type sliceTracker struct {
@@ -57,7 +60,7 @@ type sliceAddress struct {
 }
 
 func newEndpointSliceCache(family v1.IPFamily, nodeName string) *endpointSliceCache {
-	return &endpointSliceCache{family: family, nodeName: nodeName, byService: make(map[types.NamespacedName]*sliceTracker)}
+	return &endpointSliceCache{family: family, nodeName: nodeName, byService: make(map[types.NamespacedName]*sliceTracker), pending: sets.New[types.NamespacedName]()}
 }
 
 // sliceKeys returns the Service a slice belongs to and the slice's own name.
@@ -91,8 +94,11 @@ func (c *endpointSliceCache) updatePending(svc types.NamespacedName, sliceName s
 			return false
 		}
 		delete(tracker.pending, sliceName)
-		if len(tracker.pending) == 0 && len(tracker.applied) == 0 {
-			delete(c.byService, svc)
+		if len(tracker.pending) == 0 {
+			c.pending.Delete(svc)
+			if len(tracker.applied) == 0 {
+				delete(c.byService, svc)
+			}
 		}
 		return true
 	}
@@ -104,16 +110,15 @@ func (c *endpointSliceCache) updatePending(svc types.NamespacedName, sliceName s
 		c.byService[svc] = tracker
 	}
 	tracker.pending[sliceName] = info
+	c.pending.Insert(svc)
 	return true
 }
 
 // pendingServices names the Services with pending slice changes.
 func (c *endpointSliceCache) pendingServices() sets.Set[string] {
 	out := sets.New[string]()
-	for svc, tracker := range c.byService {
-		if len(tracker.pending) > 0 {
-			out.Insert(svc.String())
-		}
+	for svc := range c.pending {
+		out.Insert(svc.String())
 	}
 	return out
 }
@@ -121,9 +126,10 @@ func (c *endpointSliceCache) pendingServices() sets.Set[string] {
 // checkoutChanges applies every pending slice and returns, per Service, its
 // endpoints before and after.
 func (c *endpointSliceCache) checkoutChanges() map[types.NamespacedName]*endpointsChange {
-	changes := make(map[types.NamespacedName]*endpointsChange)
-	for svc, tracker := range c.byService {
-		if len(tracker.pending) == 0 {
+	changes := make(map[types.NamespacedName]*endpointsChange, c.pending.Len())
+	for svc := range c.pending {
+		tracker := c.byService[svc]
+		if tracker == nil || len(tracker.pending) == 0 {
 			continue
 		}
 		change := &endpointsChange{previous: c.endpointsMap(svc, tracker.applied)}
@@ -141,6 +147,7 @@ func (c *endpointSliceCache) checkoutChanges() map[types.NamespacedName]*endpoin
 			delete(c.byService, svc)
 		}
 	}
+	clear(c.pending)
 	return changes
 }
 

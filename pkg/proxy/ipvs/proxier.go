@@ -267,7 +267,7 @@ func (p *Proxier) OnEndpointSliceDelete(slice *discovery.EndpointSlice) {
 
 func (p *Proxier) endpointSliceChanged(slice *discovery.EndpointSlice, removed bool) {
 	if p.endpointsChanges.EndpointSliceUpdate(slice, removed) {
-		observeEndpointChange(p.endpointsChanges.PendingChanges().Len())
+		observeEndpointChange(p.endpointsChanges.PendingChangeCount())
 		if p.initialized.Load() {
 			p.Sync()
 		}
