@@ -76,190 +76,130 @@ func waitAndNotify(logger klog.Logger, name string, stopCh <-chan struct{}, sync
 	notify()
 }
 
-// ServiceConfig delivers Service informer events to ServiceHandlers.
-type ServiceConfig struct {
+// objectConfig delivers one kind's informer events, typed, to its handlers; the
+// Service, EndpointSlice and Node configs are instances of it.
+type objectConfig[T any, H any] struct {
 	logger   klog.Logger
+	kind     string
+	name     string
 	synced   cache.InformerSynced
-	handlers fanout[ServiceHandler]
+	handlers fanout[H]
+	add      func(H, T)
+	update   func(H, T, T)
+	remove   func(H, T)
+	isSynced func(H)
 }
 
-// NewServiceConfig registers on informer; resyncPeriod is configSyncPeriod.
-func NewServiceConfig(ctx context.Context, informer coreinformers.ServiceInformer, resyncPeriod time.Duration) *ServiceConfig {
-	c := &ServiceConfig{logger: klog.LoggerWithValues(klog.FromContext(ctx), "kind", "Service")}
-	reg, err := informer.Informer().AddEventHandlerWithResyncPeriod(cache.ResourceEventHandlerFuncs{
+func (c *objectConfig[T, H]) register(informer cache.SharedIndexInformer, resyncPeriod time.Duration) {
+	reg, err := informer.AddEventHandlerWithResyncPeriod(cache.ResourceEventHandlerFuncs{
 		AddFunc:    c.handleAdd,
 		UpdateFunc: c.handleUpdate,
 		DeleteFunc: c.handleDelete,
 	}, resyncPeriod)
 	if err != nil {
 		// Only happens when the informer has been stopped; nothing will ever sync.
-		c.logger.Error(err, "Failed to register Service event handler")
+		c.logger.Error(err, "Failed to register event handler")
 		c.synced = func() bool { return false }
-	} else {
-		c.synced = reg.HasSynced
+		return
 	}
-	return c
+	c.synced = reg.HasSynced
 }
 
 // RegisterEventHandler adds a handler; call it before Run.
-func (c *ServiceConfig) RegisterEventHandler(h ServiceHandler) { c.handlers.add(h) }
+func (c *objectConfig[T, H]) RegisterEventHandler(h H) { c.handlers.add(h) }
 
-// Run waits for the initial list and then calls OnServiceSynced on every handler.
-func (c *ServiceConfig) Run(stopCh <-chan struct{}) {
-	waitAndNotify(c.logger, "service config", stopCh, c.synced, func() {
-		c.handlers.each(func(h ServiceHandler) { h.OnServiceSynced() })
+// Run waits for the initial list and then tells every handler it has synced.
+func (c *objectConfig[T, H]) Run(stopCh <-chan struct{}) {
+	waitAndNotify(c.logger, c.name, stopCh, c.synced, func() {
+		c.handlers.each(c.isSynced)
 	})
 }
 
-func (c *ServiceConfig) handleAdd(obj any) {
-	svc, ok := objectAs[*v1.Service](c.logger, obj, "Service")
+func (c *objectConfig[T, H]) handleAdd(obj any) {
+	o, ok := objectAs[T](c.logger, obj, c.kind)
 	if !ok {
 		return
 	}
-	c.handlers.each(func(h ServiceHandler) { h.OnServiceAdd(svc) })
+	c.handlers.each(func(h H) { c.add(h, o) })
 }
 
-func (c *ServiceConfig) handleUpdate(oldObj, newObj any) {
-	oldSvc, ok := objectAs[*v1.Service](c.logger, oldObj, "Service")
+func (c *objectConfig[T, H]) handleUpdate(oldObj, newObj any) {
+	old, ok := objectAs[T](c.logger, oldObj, c.kind)
 	if !ok {
 		return
 	}
-	svc, ok := objectAs[*v1.Service](c.logger, newObj, "Service")
+	o, ok := objectAs[T](c.logger, newObj, c.kind)
 	if !ok {
 		return
 	}
-	c.handlers.each(func(h ServiceHandler) { h.OnServiceUpdate(oldSvc, svc) })
+	c.handlers.each(func(h H) { c.update(h, old, o) })
 }
 
-func (c *ServiceConfig) handleDelete(obj any) {
-	svc, ok := objectAs[*v1.Service](c.logger, obj, "Service")
+func (c *objectConfig[T, H]) handleDelete(obj any) {
+	o, ok := objectAs[T](c.logger, obj, c.kind)
 	if !ok {
 		return
 	}
-	c.handlers.each(func(h ServiceHandler) { h.OnServiceDelete(svc) })
+	c.handlers.each(func(h H) { c.remove(h, o) })
+}
+
+// ServiceConfig delivers Service informer events to ServiceHandlers.
+type ServiceConfig struct {
+	objectConfig[*v1.Service, ServiceHandler]
+}
+
+// NewServiceConfig registers on informer; resyncPeriod is configSyncPeriod.
+func NewServiceConfig(ctx context.Context, informer coreinformers.ServiceInformer, resyncPeriod time.Duration) *ServiceConfig {
+	c := &ServiceConfig{objectConfig[*v1.Service, ServiceHandler]{
+		logger:   klog.LoggerWithValues(klog.FromContext(ctx), "kind", "Service"),
+		kind:     "Service",
+		name:     "service config",
+		add:      ServiceHandler.OnServiceAdd,
+		update:   ServiceHandler.OnServiceUpdate,
+		remove:   ServiceHandler.OnServiceDelete,
+		isSynced: ServiceHandler.OnServiceSynced,
+	}}
+	c.register(informer.Informer(), resyncPeriod)
+	return c
 }
 
 // EndpointSliceConfig delivers EndpointSlice informer events to EndpointSliceHandlers.
 type EndpointSliceConfig struct {
-	logger   klog.Logger
-	synced   cache.InformerSynced
-	handlers fanout[EndpointSliceHandler]
+	objectConfig[*discovery.EndpointSlice, EndpointSliceHandler]
 }
 
 // NewEndpointSliceConfig registers on informer; resyncPeriod is configSyncPeriod.
 func NewEndpointSliceConfig(ctx context.Context, informer discoveryinformers.EndpointSliceInformer, resyncPeriod time.Duration) *EndpointSliceConfig {
-	c := &EndpointSliceConfig{logger: klog.LoggerWithValues(klog.FromContext(ctx), "kind", "EndpointSlice")}
-	reg, err := informer.Informer().AddEventHandlerWithResyncPeriod(cache.ResourceEventHandlerFuncs{
-		AddFunc:    c.handleAdd,
-		UpdateFunc: c.handleUpdate,
-		DeleteFunc: c.handleDelete,
-	}, resyncPeriod)
-	if err != nil {
-		c.logger.Error(err, "Failed to register EndpointSlice event handler")
-		c.synced = func() bool { return false }
-	} else {
-		c.synced = reg.HasSynced
-	}
+	c := &EndpointSliceConfig{objectConfig[*discovery.EndpointSlice, EndpointSliceHandler]{
+		logger:   klog.LoggerWithValues(klog.FromContext(ctx), "kind", "EndpointSlice"),
+		kind:     "EndpointSlice",
+		name:     "endpoint slice config",
+		add:      EndpointSliceHandler.OnEndpointSliceAdd,
+		update:   EndpointSliceHandler.OnEndpointSliceUpdate,
+		remove:   EndpointSliceHandler.OnEndpointSliceDelete,
+		isSynced: EndpointSliceHandler.OnEndpointSlicesSynced,
+	}}
+	c.register(informer.Informer(), resyncPeriod)
 	return c
-}
-
-// RegisterEventHandler adds a handler; call it before Run.
-func (c *EndpointSliceConfig) RegisterEventHandler(h EndpointSliceHandler) { c.handlers.add(h) }
-
-// Run waits for the initial list and then calls OnEndpointSlicesSynced on every handler.
-func (c *EndpointSliceConfig) Run(stopCh <-chan struct{}) {
-	waitAndNotify(c.logger, "endpoint slice config", stopCh, c.synced, func() {
-		c.handlers.each(func(h EndpointSliceHandler) { h.OnEndpointSlicesSynced() })
-	})
-}
-
-func (c *EndpointSliceConfig) handleAdd(obj any) {
-	slice, ok := objectAs[*discovery.EndpointSlice](c.logger, obj, "EndpointSlice")
-	if !ok {
-		return
-	}
-	c.handlers.each(func(h EndpointSliceHandler) { h.OnEndpointSliceAdd(slice) })
-}
-
-func (c *EndpointSliceConfig) handleUpdate(oldObj, newObj any) {
-	oldSlice, ok := objectAs[*discovery.EndpointSlice](c.logger, oldObj, "EndpointSlice")
-	if !ok {
-		return
-	}
-	slice, ok := objectAs[*discovery.EndpointSlice](c.logger, newObj, "EndpointSlice")
-	if !ok {
-		return
-	}
-	c.handlers.each(func(h EndpointSliceHandler) { h.OnEndpointSliceUpdate(oldSlice, slice) })
-}
-
-func (c *EndpointSliceConfig) handleDelete(obj any) {
-	slice, ok := objectAs[*discovery.EndpointSlice](c.logger, obj, "EndpointSlice")
-	if !ok {
-		return
-	}
-	c.handlers.each(func(h EndpointSliceHandler) { h.OnEndpointSliceDelete(slice) })
 }
 
 // NodeConfig delivers events of this node's Node object to NodeHandlers. The informer
 // should be restricted to the one node (field selector metadata.name=<nodeName>).
 type NodeConfig struct {
-	logger   klog.Logger
-	synced   cache.InformerSynced
-	handlers fanout[NodeHandler]
+	objectConfig[*v1.Node, NodeHandler]
 }
 
 // NewNodeConfig registers on informer; resyncPeriod is configSyncPeriod.
 func NewNodeConfig(ctx context.Context, informer coreinformers.NodeInformer, resyncPeriod time.Duration) *NodeConfig {
-	c := &NodeConfig{logger: klog.LoggerWithValues(klog.FromContext(ctx), "kind", "Node")}
-	reg, err := informer.Informer().AddEventHandlerWithResyncPeriod(cache.ResourceEventHandlerFuncs{
-		AddFunc:    c.handleAdd,
-		UpdateFunc: c.handleUpdate,
-		DeleteFunc: c.handleDelete,
-	}, resyncPeriod)
-	if err != nil {
-		c.logger.Error(err, "Failed to register Node event handler")
-		c.synced = func() bool { return false }
-	} else {
-		c.synced = reg.HasSynced
-	}
+	c := &NodeConfig{objectConfig[*v1.Node, NodeHandler]{
+		logger:   klog.LoggerWithValues(klog.FromContext(ctx), "kind", "Node"),
+		kind:     "Node",
+		name:     "node config",
+		add:      NodeHandler.OnNodeAdd,
+		update:   NodeHandler.OnNodeUpdate,
+		remove:   NodeHandler.OnNodeDelete,
+		isSynced: NodeHandler.OnNodeSynced,
+	}}
+	c.register(informer.Informer(), resyncPeriod)
 	return c
-}
-
-// RegisterEventHandler adds a handler; call it before Run.
-func (c *NodeConfig) RegisterEventHandler(h NodeHandler) { c.handlers.add(h) }
-
-// Run waits for the initial list and then calls OnNodeSynced on every handler.
-func (c *NodeConfig) Run(stopCh <-chan struct{}) {
-	waitAndNotify(c.logger, "node config", stopCh, c.synced, func() {
-		c.handlers.each(func(h NodeHandler) { h.OnNodeSynced() })
-	})
-}
-
-func (c *NodeConfig) handleAdd(obj any) {
-	node, ok := objectAs[*v1.Node](c.logger, obj, "Node")
-	if !ok {
-		return
-	}
-	c.handlers.each(func(h NodeHandler) { h.OnNodeAdd(node) })
-}
-
-func (c *NodeConfig) handleUpdate(oldObj, newObj any) {
-	oldNode, ok := objectAs[*v1.Node](c.logger, oldObj, "Node")
-	if !ok {
-		return
-	}
-	node, ok := objectAs[*v1.Node](c.logger, newObj, "Node")
-	if !ok {
-		return
-	}
-	c.handlers.each(func(h NodeHandler) { h.OnNodeUpdate(oldNode, node) })
-}
-
-func (c *NodeConfig) handleDelete(obj any) {
-	node, ok := objectAs[*v1.Node](c.logger, obj, "Node")
-	if !ok {
-		return
-	}
-	c.handlers.each(func(h NodeHandler) { h.OnNodeDelete(node) })
 }
