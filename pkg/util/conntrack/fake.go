@@ -3,6 +3,7 @@ package conntrack
 import (
 	"context"
 	"fmt"
+	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/fakeops"
 	"net"
 	"sort"
 	"strings"
@@ -18,17 +19,16 @@ const (
 // Fake is an in-memory conntrack table of one family. Entries are unique by
 // original tuple, as in the kernel; tests add them with AddFlow.
 type Fake struct {
-	mu     sync.Mutex
-	flows  map[string]Flow // by original tuple
-	ops    map[string]int
-	inject map[string]error
+	mu               sync.Mutex
+	flows            map[string]Flow // by original tuple
+	fakeops.Recorder                 // Ops, ResetOps, InjectError
 }
 
 var _ Interface = &Fake{}
 
 // NewFake returns an empty table.
 func NewFake() *Fake {
-	return &Fake{flows: map[string]Flow{}, ops: map[string]int{}, inject: map[string]error{}}
+	return &Fake{flows: map[string]Flow{}}
 }
 
 func copyFlow(f Flow) Flow {
@@ -49,44 +49,13 @@ func (f *Fake) AddFlow(fl Flow) {
 	f.flows[flowKey(fl)] = copyFlow(fl)
 }
 
-// Ops returns how many calls of each operation were made, failed ones included.
-func (f *Fake) Ops() map[string]int {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	out := make(map[string]int, len(f.ops))
-	for k, v := range f.ops {
-		out[k] = v
-	}
-	return out
-}
-
-// ResetOps zeroes the operation counters.
-func (f *Fake) ResetOps() {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.ops = map[string]int{}
-}
-
-// InjectError makes every later call of opName fail with err (wrapped) without
-// changing state; a nil err removes the injection.
-func (f *Fake) InjectError(opName string, err error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if err == nil {
-		delete(f.inject, opName)
-		return
-	}
-	f.inject[opName] = err
-}
-
 func (f *Fake) ListFlows(ctx context.Context, protocol uint8) ([]Flow, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.ops[OpList]++
-	if err := f.inject[OpList]; err != nil {
+	if err := f.Recorder.Begin(ctx, OpList); err != nil {
 		return nil, fmt.Errorf("listing conntrack entries: %w", err)
 	}
 	var out []Flow
@@ -107,8 +76,7 @@ func (f *Fake) DeleteFlows(ctx context.Context, flows []Flow) (int, error) {
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.ops[OpDelete]++
-	if err := f.inject[OpDelete]; err != nil {
+	if err := f.Recorder.Begin(ctx, OpDelete); err != nil {
 		return 0, fmt.Errorf("deleting %d conntrack flows (0 deleted): %w", len(flows), err)
 	}
 	n := 0

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/fakeops"
 	"net"
 	"sort"
 	"strings"
@@ -54,13 +55,12 @@ type fakeService struct {
 // stored virtual server, an unknown scheduler is ENOENT and a real server of the
 // other family is EINVAL. A failed call changes nothing.
 type Fake struct {
-	mu       sync.Mutex
-	services map[string]*fakeService // by VirtualServer.Key
-	tcp      time.Duration
-	tcpfin   time.Duration
-	udp      time.Duration
-	ops      map[string]int
-	inject   map[string]error
+	mu               sync.Mutex
+	services         map[string]*fakeService // by VirtualServer.Key
+	tcp              time.Duration
+	tcpfin           time.Duration
+	udp              time.Duration
+	fakeops.Recorder // Ops, ResetOps, InjectError (opName: one of the Op* names)
 }
 
 var _ Interface = &Fake{}
@@ -72,50 +72,12 @@ func NewFake() *Fake {
 		tcp:      defaultTCPTimeout,
 		tcpfin:   defaultTCPFinTimeout,
 		udp:      defaultUDPTimeout,
-		ops:      map[string]int{},
-		inject:   map[string]error{},
 	}
-}
-
-// Ops returns how many calls of each operation were made (failed ones included:
-// every call is one netlink round trip on the real kernel).
-func (f *Fake) Ops() map[string]int {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	out := make(map[string]int, len(f.ops))
-	for k, v := range f.ops {
-		out[k] = v
-	}
-	return out
-}
-
-// ResetOps zeroes the operation counters.
-func (f *Fake) ResetOps() {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.ops = map[string]int{}
-}
-
-// InjectError makes every later call of opName (one of the Op* names) fail with
-// err, wrapped as the real error would be, without changing state. A nil err
-// removes the injection.
-func (f *Fake) InjectError(opName string, err error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if err == nil {
-		delete(f.inject, opName)
-		return
-	}
-	f.inject[opName] = err
 }
 
 // begin counts op and returns the injected error for it, if any. Callers hold f.mu.
 func (f *Fake) begin(ctx context.Context, op string) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	f.ops[op]++
-	return f.inject[op]
+	return f.Recorder.Begin(ctx, op)
 }
 
 func copyVS(vs *VirtualServer) *VirtualServer {

@@ -3,6 +3,7 @@ package netlink
 import (
 	"context"
 	"fmt"
+	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/fakeops"
 	"net"
 	"sort"
 	"strings"
@@ -31,17 +32,16 @@ type fakeLink struct {
 // "already bound", unbinding an unbound address succeeds. Node interfaces are set
 // up with AddLink. A failed call changes nothing.
 type Fake struct {
-	mu     sync.Mutex
-	links  map[string]*fakeLink
-	ops    map[string]int
-	inject map[string]error
+	mu               sync.Mutex
+	links            map[string]*fakeLink
+	fakeops.Recorder // Ops, ResetOps, InjectError
 }
 
 var _ Handle = &Fake{}
 
 // NewFake returns a Fake with no links.
 func NewFake() *Fake {
-	return &Fake{links: map[string]*fakeLink{}, ops: map[string]int{}, inject: map[string]error{}}
+	return &Fake{links: map[string]*fakeLink{}}
 }
 
 // AddLink adds (or replaces) a non-dummy link holding the given addresses, e.g.
@@ -60,42 +60,8 @@ func (f *Fake) AddLink(name string, ips ...string) {
 	f.links[name] = l
 }
 
-// Ops returns how many calls of each operation were made, failed ones included.
-func (f *Fake) Ops() map[string]int {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	out := make(map[string]int, len(f.ops))
-	for k, v := range f.ops {
-		out[k] = v
-	}
-	return out
-}
-
-// ResetOps zeroes the operation counters.
-func (f *Fake) ResetOps() {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.ops = map[string]int{}
-}
-
-// InjectError makes every later call of opName fail with err (wrapped) without
-// changing state; a nil err removes the injection.
-func (f *Fake) InjectError(opName string, err error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if err == nil {
-		delete(f.inject, opName)
-		return
-	}
-	f.inject[opName] = err
-}
-
 func (f *Fake) begin(ctx context.Context, op string) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	f.ops[op]++
-	return f.inject[op]
+	return f.Recorder.Begin(ctx, op)
 }
 
 func (f *Fake) link(dev string) (*fakeLink, error) {
