@@ -252,9 +252,7 @@ func TestGracefulTermination(t *testing.T) {
 	t.Run("vanished endpoint drains until its connections end", func(t *testing.T) {
 		e := newTestEnv(t, v1.IPv4Protocol)
 		e.start(svc, two)
-		if err := e.ipvs.SetRealServerConnections(vs, &ipvs.RealServer{Address: net.ParseIP("10.244.2.2"), Port: 80}, 3, 1); err != nil {
-			t.Fatal(err)
-		}
+		setConns(t, e, vs, "10.244.2.2", 3, 1)
 		one := makeSlice("ns", "a", "a-1", tcp("p", 80), endpoint("10.244.2.1"))
 		e.p.OnEndpointSliceUpdate(two, one)
 		e.mustSync()
@@ -264,9 +262,7 @@ func TestGracefulTermination(t *testing.T) {
 		if !strings.Contains(e.ipvs.Dump(), "10.244.2.2") {
 			t.Fatalf("real server with connections deleted early")
 		}
-		if err := e.ipvs.SetRealServerConnections(vs, &ipvs.RealServer{Address: net.ParseIP("10.244.2.2"), Port: 80}, 0, 0); err != nil {
-			t.Fatal(err)
-		}
+		setConns(t, e, vs, "10.244.2.2", 0, 0)
 		e.clock.Step(3 * time.Second)
 		e.mustSync()
 		diff(t, "ipvs", "TCP  10.96.0.1:80 rr\n  -> 10.244.2.1:80 Masq 1 0 0", e.ipvs.Dump())
@@ -275,9 +271,7 @@ func TestGracefulTermination(t *testing.T) {
 	t.Run("drain is bounded by the drain timeout", func(t *testing.T) {
 		e := newTestEnv(t, v1.IPv4Protocol)
 		e.start(svc, two)
-		if err := e.ipvs.SetRealServerConnections(vs, &ipvs.RealServer{Address: net.ParseIP("10.244.2.2"), Port: 80}, 5, 0); err != nil {
-			t.Fatal(err)
-		}
+		setConns(t, e, vs, "10.244.2.2", 5, 0)
 		one := makeSlice("ns", "a", "a-1", tcp("p", 80), endpoint("10.244.2.1"))
 		e.p.OnEndpointSliceUpdate(two, one)
 		e.mustSync()
@@ -289,9 +283,7 @@ func TestGracefulTermination(t *testing.T) {
 	t.Run("endpoint that comes back is restored to weight 1", func(t *testing.T) {
 		e := newTestEnv(t, v1.IPv4Protocol)
 		e.start(svc, two)
-		if err := e.ipvs.SetRealServerConnections(vs, &ipvs.RealServer{Address: net.ParseIP("10.244.2.2"), Port: 80}, 5, 0); err != nil {
-			t.Fatal(err)
-		}
+		setConns(t, e, vs, "10.244.2.2", 5, 0)
 		one := makeSlice("ns", "a", "a-1", tcp("p", 80), endpoint("10.244.2.1"))
 		e.p.OnEndpointSliceUpdate(two, one)
 		e.mustSync()
@@ -309,9 +301,7 @@ func TestGracefulTermination(t *testing.T) {
 			t.Errorf("conn_reuse_mode = %d, want 0 on 5.4", v)
 		}
 		e.start(svc, two)
-		if err := e.ipvs.SetRealServerConnections(vs, &ipvs.RealServer{Address: net.ParseIP("10.244.2.2"), Port: 80}, 5, 0); err != nil {
-			t.Fatal(err)
-		}
+		setConns(t, e, vs, "10.244.2.2", 5, 0)
 		term := makeSlice("ns", "a", "a-1", tcp("p", 80), endpoint("10.244.2.1"), endpoint("10.244.2.2", terminating(true)))
 		e.p.OnEndpointSliceUpdate(two, term)
 		e.mustSync()
@@ -344,6 +334,14 @@ func TestGracefulTermination(t *testing.T) {
 			}
 		}
 	})
+}
+
+// setConns sets the connection counters the kernel reports for a real server on :80.
+func setConns(t *testing.T, e *testEnv, vs *ipvs.VirtualServer, ip string, active, inactive int) {
+	t.Helper()
+	if err := e.ipvs.SetRealServerConnections(vs, &ipvs.RealServer{Address: net.ParseIP(ip), Port: 80}, active, inactive); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // TestServiceDeletionLeavesNothing: deleting the last Service leaves no virtual

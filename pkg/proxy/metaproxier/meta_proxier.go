@@ -51,36 +51,33 @@ func (m *metaProxier) OnServiceSynced() {
 	m.ipv6.OnServiceSynced()
 }
 
-func (m *metaProxier) OnEndpointSliceAdd(e *discovery.EndpointSlice) {
+// forSlice returns the proxier of a slice's address family, nil (logged) for others.
+func (m *metaProxier) forSlice(e *discovery.EndpointSlice) proxy.Provider {
 	switch e.AddressType {
 	case discovery.AddressTypeIPv4:
-		m.ipv4.OnEndpointSliceAdd(e)
+		return m.ipv4
 	case discovery.AddressTypeIPv6:
-		m.ipv6.OnEndpointSliceAdd(e)
-	default:
-		klog.V(4).InfoS("EndpointSlice address type not supported", "addressType", e.AddressType, "endpointSlice", klog.KObj(e))
+		return m.ipv6
+	}
+	klog.V(4).InfoS("EndpointSlice address type not supported", "addressType", e.AddressType, "endpointSlice", klog.KObj(e))
+	return nil
+}
+
+func (m *metaProxier) OnEndpointSliceAdd(e *discovery.EndpointSlice) {
+	if p := m.forSlice(e); p != nil {
+		p.OnEndpointSliceAdd(e)
 	}
 }
 
 func (m *metaProxier) OnEndpointSliceUpdate(o, e *discovery.EndpointSlice) {
-	switch e.AddressType {
-	case discovery.AddressTypeIPv4:
-		m.ipv4.OnEndpointSliceUpdate(o, e)
-	case discovery.AddressTypeIPv6:
-		m.ipv6.OnEndpointSliceUpdate(o, e)
-	default:
-		klog.V(4).InfoS("EndpointSlice address type not supported", "addressType", e.AddressType, "endpointSlice", klog.KObj(e))
+	if p := m.forSlice(e); p != nil {
+		p.OnEndpointSliceUpdate(o, e)
 	}
 }
 
 func (m *metaProxier) OnEndpointSliceDelete(e *discovery.EndpointSlice) {
-	switch e.AddressType {
-	case discovery.AddressTypeIPv4:
-		m.ipv4.OnEndpointSliceDelete(e)
-	case discovery.AddressTypeIPv6:
-		m.ipv6.OnEndpointSliceDelete(e)
-	default:
-		klog.V(4).InfoS("EndpointSlice address type not supported", "addressType", e.AddressType, "endpointSlice", klog.KObj(e))
+	if p := m.forSlice(e); p != nil {
+		p.OnEndpointSliceDelete(e)
 	}
 }
 
