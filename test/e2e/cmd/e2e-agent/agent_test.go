@@ -82,18 +82,27 @@ func TestAgentWriteStartSignal(t *testing.T) {
 	if resp.Error != "" || resp.PID == 0 {
 		t.Fatalf("start = %+v", resp)
 	}
+	// The process writes its log line in its own time: wait for it before stopping it.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if b, _ := os.ReadFile(logPath); string(b) == "started\n" {
+			break
+		}
+		if time.Now().After(deadline) {
+			b, _ := os.ReadFile(logPath)
+			t.Fatalf("background log = %q, want %q", b, "started\n")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 	if r := call(t, ln, agentproto.Request{Op: agentproto.OpSignal, PID: resp.PID, Signal: int(syscall.SIGTERM)}); r.Error != "" {
 		t.Fatal(r.Error)
 	}
-	deadline := time.Now().Add(10 * time.Second)
+	deadline = time.Now().Add(10 * time.Second)
 	for syscall.Kill(resp.PID, 0) == nil {
 		if time.Now().After(deadline) {
 			t.Fatalf("process %d still alive after SIGTERM", resp.PID)
 		}
 		time.Sleep(50 * time.Millisecond)
-	}
-	if b, _ := os.ReadFile(logPath); string(b) != "started\n" {
-		t.Fatalf("background log = %q", b)
 	}
 	if r := call(t, ln, agentproto.Request{Op: agentproto.OpSignal, PID: 1, Signal: 0}); r.Error == "" {
 		t.Fatal("signalling a process the agent did not start must fail")
