@@ -18,6 +18,7 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"testing"
@@ -349,6 +350,24 @@ func rssBytes() uint64 {
 	return 0
 }
 
+// writeHeapProfile writes a heap profile to $BENCH_HEAPPROFILE when it is set, for
+// `go tool pprof -sample_index=inuse_space`: the steady-state heap benchmark calls it
+// while the proxier, the fake kernel and the objects are all still reachable.
+func writeHeapProfile(b *testing.B) {
+	path := os.Getenv("BENCH_HEAPPROFILE")
+	if path == "" {
+		return
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer f.Close()
+	if err := pprof.WriteHeapProfile(f); err != nil {
+		b.Fatal(err)
+	}
+}
+
 // BenchmarkSteadyStateHeap measures the heap at steady state and splits it by
 // dropping one part at a time: the API objects (what the informer caches hold), the
 // proxier (trackers, maps, desired index, applied state), and the fake kernel (which
@@ -380,6 +399,7 @@ func BenchmarkSteadyStateHeap(b *testing.B) {
 			p, k = nil, nil
 			rss := rssBytes()
 			full := heapInUse()
+			writeHeapProfile(b)
 			held.p = nil
 			withKernel := heapInUse()
 			held.k = nil

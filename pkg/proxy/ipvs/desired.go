@@ -1,12 +1,15 @@
 package ipvs
 
 import (
+	"cmp"
 	"net"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
 
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
 
 	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/proxy"
@@ -56,10 +59,13 @@ type serviceState struct {
 type desiredVS struct {
 	port        proxy.ServicePortName // the Service port it serves (for metrics)
 	vs          *ipvs.VirtualServer
-	realServers map[string]*ipvs.RealServer // by RealServer.Key()
+	key         vsKey
+	realServers []desiredRS // sorted by key, unique
+	// owner is the Service whose state holds this; next chains other Services' claims
+	// on the same key in the desired index (rare: a shared external IP and port).
+	owner types.NamespacedName
+	next  *desiredVS
 }
-
-func (d *desiredVS) key() string { return d.vs.Key() }
 
 // setEntry is one member of one ipset, the set named by its base (IPv4) name.
 type setEntry struct {
@@ -78,7 +84,7 @@ type servicePort struct {
 // I/O and depends only on its arguments.
 func buildServiceState(bc *buildContext, ports []servicePort) *serviceState {
 	st := &serviceState{}
-	vss := map[string]*desiredVS{}
+	vss := map[vsKey]*desiredVS{}
 	entries := sets.New[setEntry]()
 	bind := sets.New[string]()
 	outFilter := sets.New[string]()
@@ -91,7 +97,7 @@ func buildServiceState(bc *buildContext, ports []servicePort) *serviceState {
 	for _, d := range vss {
 		st.virtualServers = append(st.virtualServers, d)
 	}
-	sort.Slice(st.virtualServers, func(i, j int) bool { return st.virtualServers[i].key() < st.virtualServers[j].key() })
+	slices.SortFunc(st.virtualServers, func(a, b *desiredVS) int { return compareVSKeys(a.key, b.key) })
 	st.setEntries = entries.UnsortedList()
 	sort.Slice(st.setEntries, func(i, j int) bool {
 		if st.setEntries[i].set != st.setEntries[j].set {
@@ -104,7 +110,7 @@ func buildServiceState(bc *buildContext, ports []servicePort) *serviceState {
 	return st
 }
 
-func buildServicePort(bc *buildContext, sp servicePort, st *serviceState, vss map[string]*desiredVS,
+func buildServicePort(bc *buildContext, sp servicePort, st *serviceState, vss map[vsKey]*desiredVS,
 	entries sets.Set[setEntry], bind sets.Set[string], outFilter sets.Set[string]) {
 	svc := sp.info
 	proto := strings.ToLower(string(svc.Protocol))
@@ -151,7 +157,8 @@ func buildServicePort(bc *buildContext, sp servicePort, st *serviceState, vss ma
 				st.noLocalExternal = true
 			}
 		}
-		vss[vs.Key()] = &desiredVS{port: sp.name, vs: vs, realServers: realServersFor(bc, svc, eps, sp.endpoints, local)}
+		k := keyOfVS(vs)
+		vss[k] = &desiredVS{port: sp.name, vs: vs, key: k, realServers: realServersFor(bc, svc, eps, sp.endpoints, local)}
 	}
 
 	// ClusterIP.
@@ -254,35 +261,28 @@ func buildServicePort(bc *buildContext, sp servicePort, st *serviceState, vss ma
 // realServersFor turns the chosen endpoints into weight-1 real servers and, for TCP,
 // keeps terminating endpoints that were not chosen as weight-0 real servers so that
 // their established connections drain while the pod shuts down.
-func realServersFor(bc *buildContext, svc *proxy.ServicePortInfo, chosen, all []*proxy.Endpoint, onlyLocal bool) map[string]*ipvs.RealServer {
-	rss := make(map[string]*ipvs.RealServer, len(chosen))
+func realServersFor(bc *buildContext, svc *proxy.ServicePortInfo, chosen, all []*proxy.Endpoint, onlyLocal bool) []desiredRS {
+	rss := make([]desiredRS, 0, len(chosen))
 	for _, ep := range chosen {
-		if rs := realServer(ep, 1); rs != nil {
-			rss[rs.Key()] = rs
+		if k, ok := parseRSKey(ep.IP, ep.Port); ok {
+			rss = append(rss, desiredRS{key: k, weight: 1})
 		}
 	}
-	if !bc.drainTerminating || svc.Protocol != v1.ProtocolTCP {
-		return rss
-	}
-	for _, ep := range all {
-		if !ep.Terminating || (onlyLocal && !ep.IsLocal) {
-			continue
-		}
-		if rs := realServer(ep, 0); rs != nil {
-			if _, ok := rss[rs.Key()]; !ok {
-				rss[rs.Key()] = rs
+	if bc.drainTerminating && svc.Protocol == v1.ProtocolTCP {
+		for _, ep := range all {
+			if !ep.Terminating || (onlyLocal && !ep.IsLocal) {
+				continue
+			}
+			if k, ok := parseRSKey(ep.IP, ep.Port); ok {
+				rss = append(rss, desiredRS{key: k, weight: 0})
 			}
 		}
 	}
-	return rss
-}
-
-func realServer(ep *proxy.Endpoint, weight int) *ipvs.RealServer {
-	ip := net.ParseIP(ep.IP)
-	if ip == nil || ep.Port <= 0 || ep.Port > 65535 {
-		return nil
-	}
-	return &ipvs.RealServer{Address: ip, Port: uint16(ep.Port), Weight: weight}
+	// Sorted by key, a chosen (weight 1) copy before a weight-0 one; keep the first.
+	slices.SortStableFunc(rss, func(a, b desiredRS) int {
+		return cmp.Or(compareRSKeys(a.key, b.key), cmp.Compare(b.weight, a.weight))
+	})
+	return slices.CompactFunc(rss, func(a, b desiredRS) bool { return a.key == b.key })
 }
 
 // Entries in the text form `ipset save` prints, so that full syncs compare exactly.

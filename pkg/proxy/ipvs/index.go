@@ -11,8 +11,9 @@ import (
 // and a virtual server claimed twice goes to the Service whose name sorts first, which
 // keeps the outcome independent of event order.
 type desiredIndex struct {
-	services  map[types.NamespacedName]*serviceState
-	vsOwners  map[string]map[types.NamespacedName]*desiredVS
+	services map[types.NamespacedName]*serviceState
+	// vs holds every claim on a virtual server key, chained through desiredVS.next.
+	vs        map[vsKey]*desiredVS
 	setRefs   map[setEntry]int
 	setCounts map[string]int // distinct entries per set (base name)
 	bindRefs  map[string]int
@@ -27,7 +28,7 @@ type desiredIndex struct {
 // touched collects the keys a change may have altered, so that only they are diffed
 // against the kernel.
 type touched struct {
-	vs        sets.Set[string]
+	vs        sets.Set[vsKey]
 	entries   sets.Set[setEntry]
 	addrs     sets.Set[string]
 	outFilter bool
@@ -35,13 +36,13 @@ type touched struct {
 }
 
 func newTouched() *touched {
-	return &touched{vs: sets.New[string](), entries: sets.New[setEntry](), addrs: sets.New[string]()}
+	return &touched{vs: sets.New[vsKey](), entries: sets.New[setEntry](), addrs: sets.New[string]()}
 }
 
 func newDesiredIndex() *desiredIndex {
 	return &desiredIndex{
 		services:      map[types.NamespacedName]*serviceState{},
-		vsOwners:      map[string]map[types.NamespacedName]*desiredVS{},
+		vs:            map[vsKey]*desiredVS{},
 		setRefs:       map[setEntry]int{},
 		setCounts:     map[string]int{},
 		bindRefs:      map[string]int{},
@@ -65,14 +66,10 @@ func (ix *desiredIndex) set(name types.NamespacedName, st *serviceState, t *touc
 	}
 	ix.services[name] = st
 	for _, d := range st.virtualServers {
-		k := d.key()
-		owners := ix.vsOwners[k]
-		if owners == nil {
-			owners = map[types.NamespacedName]*desiredVS{}
-			ix.vsOwners[k] = owners
-		}
-		owners[name] = d
-		t.vs.Insert(k)
+		d.owner = name
+		d.next = ix.vs[d.key]
+		ix.vs[d.key] = d
+		t.vs.Insert(d.key)
 	}
 	for _, e := range st.setEntries {
 		if ix.setRefs[e]++; ix.setRefs[e] == 1 {
@@ -110,14 +107,8 @@ func (ix *desiredIndex) set(name types.NamespacedName, st *serviceState, t *touc
 
 func (ix *desiredIndex) remove(name types.NamespacedName, old *serviceState, t *touched) {
 	for _, d := range old.virtualServers {
-		k := d.key()
-		if owners := ix.vsOwners[k]; owners != nil {
-			delete(owners, name)
-			if len(owners) == 0 {
-				delete(ix.vsOwners, k)
-			}
-		}
-		t.vs.Insert(k)
+		ix.unlink(d)
+		t.vs.Insert(d.key)
 	}
 	for _, e := range old.setEntries {
 		ix.unref(e, t)
@@ -154,13 +145,36 @@ func (ix *desiredIndex) unref(e setEntry, t *touched) {
 	}
 }
 
-// virtualServer returns the desired virtual server for a key, or nil.
-func (ix *desiredIndex) virtualServer(key string) *desiredVS {
-	var best *desiredVS
-	var bestName types.NamespacedName
-	for name, d := range ix.vsOwners[key] {
-		if best == nil || name.String() < bestName.String() {
-			best, bestName = d, name
+// unlink removes one claim from its key's chain.
+func (ix *desiredIndex) unlink(d *desiredVS) {
+	head := ix.vs[d.key]
+	switch {
+	case head == d && d.next == nil:
+		delete(ix.vs, d.key)
+	case head == d:
+		ix.vs[d.key] = d.next
+	default:
+		for c := head; c != nil; c = c.next {
+			if c.next == d {
+				c.next = d.next
+				break
+			}
+		}
+	}
+	d.next = nil
+}
+
+// virtualServer returns the desired virtual server for a key, or nil. Of several
+// claims the Service whose name sorts first wins.
+func (ix *desiredIndex) virtualServer(key vsKey) *desiredVS {
+	best := ix.vs[key]
+	if best == nil || best.next == nil {
+		return best
+	}
+	bestName := best.owner.String()
+	for c := best.next; c != nil; c = c.next {
+		if n := c.owner.String(); n < bestName {
+			best, bestName = c, n
 		}
 	}
 	return best
@@ -173,7 +187,7 @@ func (ix *desiredIndex) setEmpty(set string) bool { return ix.setCounts[set] == 
 // allTouched returns every key the index holds, for a full reconcile.
 func (ix *desiredIndex) allTouched() *touched {
 	t := newTouched()
-	for k := range ix.vsOwners {
+	for k := range ix.vs {
 		t.vs.Insert(k)
 	}
 	for e := range ix.setRefs {

@@ -111,7 +111,7 @@ func (p *Proxier) VirtualServerStats() []metrics.VirtualServerStats {
 		if !p.ourFamily(vs.Address) {
 			continue
 		}
-		d := p.index.virtualServer(vs.Key())
+		d := p.index.virtualServer(keyOfVS(vs))
 		if d == nil {
 			continue
 		}

@@ -126,7 +126,7 @@ type Proxier struct {
 	applied     *appliedState // nil: unknown, the next sync reads the kernel
 	needFull    bool
 	lastFull    time.Time
-	draining    map[string]*drainingRS
+	draining    map[drainKey]int64 // TCP real servers at weight 0 whose endpoint is gone -> deadline (unix ns)
 	retryDelay  time.Duration
 	hcSynced    bool
 	randomFully bool
@@ -194,7 +194,7 @@ func NewProxier(ctx context.Context, opts Options, kernel Kernel, clk clock.Cloc
 		index:            newDesiredIndex(),
 		builtPorts:       map[types.NamespacedName][]proxy.ServicePortName{},
 		needFull:         true,
-		draining:         map[string]*drainingRS{},
+		draining:         map[drainKey]int64{},
 		randomFully:      true,
 	}
 	p.reverse = make(map[string]string, len(p.names))

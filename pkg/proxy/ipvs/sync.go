@@ -4,8 +4,8 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"slices"
 	"sort"
-	"strconv"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -22,7 +22,7 @@ import (
 // appliedState is what the proxier believes the kernel holds for its family: read from
 // the kernel on a full sync, then kept up to date with every successful write.
 type appliedState struct {
-	vs       map[string]*appliedVS
+	vs       map[vsKey]*appliedVS
 	entries  sets.Set[setEntry]
 	addrs    sets.Set[string]
 	iptables []byte
@@ -31,15 +31,7 @@ type appliedState struct {
 
 type appliedVS struct {
 	vs *ipvs.VirtualServer
-	rs map[string]*ipvs.RealServer
-}
-
-// drainingRS is a TCP real server at weight 0 whose endpoint is gone; it is deleted once
-// its connections end or its deadline passes.
-type drainingRS struct {
-	vsKey    string
-	rsKey    string
-	deadline int64 // unix nanoseconds
+	rs map[rsKey]int32 // weights
 }
 
 // conntrackTarget is a UDP/SCTP virtual server whose real servers changed: flows to it
@@ -235,7 +227,7 @@ func (p *Proxier) excluded(ip net.IP) bool {
 // destination dump per virtual server, one `ipset save`, one address dump.
 func (p *Proxier) observe(ctx context.Context) (*appliedState, error) {
 	st := &appliedState{
-		vs:      map[string]*appliedVS{},
+		vs:      map[vsKey]*appliedVS{},
 		entries: sets.New[setEntry](),
 		addrs:   sets.New[string](),
 		sets:    map[string]*ipset.Set{},
@@ -252,11 +244,11 @@ func (p *Proxier) observe(ctx context.Context) (*appliedState, error) {
 		if err != nil {
 			return nil, fmt.Errorf("listing real servers of %s: %w", vs, err)
 		}
-		a := &appliedVS{vs: vs, rs: make(map[string]*ipvs.RealServer, len(rss))}
+		a := &appliedVS{vs: vs, rs: make(map[rsKey]int32, len(rss))}
 		for _, rs := range rss {
-			a.rs[rs.Key()] = rs
+			a.rs[keyOfRS(rs.Address, rs.Port)] = int32(rs.Weight)
 		}
-		st.vs[vs.Key()] = a
+		st.vs[keyOfVS(vs)] = a
 	}
 	all, err := p.kernel.IPSet.SaveAll(ctx)
 	if err != nil {
@@ -353,7 +345,8 @@ func (p *Proxier) apply(ctx context.Context, t *touched, full bool, stats *SyncS
 	}
 
 	// 4. IPVS.
-	keys := sets.List(t.vs)
+	keys := t.vs.UnsortedList()
+	slices.SortFunc(keys, compareVSKeys)
 	for _, k := range keys {
 		n, err := p.syncVirtualServer(ctx, k, ct)
 		stats.IPVSOps += n
@@ -404,7 +397,7 @@ func (p *Proxier) ensureJumpRules(ctx context.Context) error {
 
 // syncVirtualServer makes one virtual server match its desired state; it returns the
 // number of IPVS operations issued.
-func (p *Proxier) syncVirtualServer(ctx context.Context, key string, ct *[]conntrackTarget) (int, error) {
+func (p *Proxier) syncVirtualServer(ctx context.Context, key vsKey, ct *[]conntrackTarget) (int, error) {
 	d := p.index.virtualServer(key)
 	a := p.applied.vs[key]
 	ops := 0
@@ -416,10 +409,8 @@ func (p *Proxier) syncVirtualServer(ctx context.Context, key string, ct *[]connt
 			return 1, err
 		}
 		delete(p.applied.vs, key)
-		for k, dr := range p.draining {
-			if dr.vsKey == key {
-				delete(p.draining, k)
-			}
+		for rk := range a.rs {
+			delete(p.draining, drainKey{key, rk})
 		}
 		p.noteConntrack(a.vs, ct)
 		return 1, nil
@@ -437,7 +428,7 @@ func (p *Proxier) syncVirtualServer(ctx context.Context, key string, ct *[]connt
 				return ops, err
 			}
 		}
-		a = &appliedVS{vs: d.vs, rs: map[string]*ipvs.RealServer{}}
+		a = &appliedVS{vs: d.vs, rs: make(map[rsKey]int32, len(d.realServers))}
 		p.applied.vs[key] = a
 	case !a.vs.Equal(d.vs):
 		ops++
@@ -448,61 +439,66 @@ func (p *Proxier) syncVirtualServer(ctx context.Context, key string, ct *[]connt
 	}
 
 	changedRS := false
-	rsKeys := make([]string, 0, len(d.realServers))
-	for k := range d.realServers {
-		rsKeys = append(rsKeys, k)
-	}
-	sort.Strings(rsKeys)
-	for _, rk := range rsKeys {
-		want := d.realServers[rk]
-		cur := a.rs[rk]
+	for _, want := range d.realServers {
+		cur, ok := a.rs[want.key]
 		switch {
-		case cur == nil:
+		case !ok:
 			ops++
-			if err := p.kernel.IPVS.AddRealServer(ctx, a.vs, want); err != nil {
+			if err := p.kernel.IPVS.AddRealServer(ctx, a.vs, want.key.realServer(want.weight)); err != nil {
 				return ops, err
 			}
-			a.rs[rk] = copyRS(want)
+			a.rs[want.key] = want.weight
 			changedRS = true
-		case cur.Weight != want.Weight:
+		case cur != want.weight:
 			ops++
-			if err := p.kernel.IPVS.UpdateRealServer(ctx, a.vs, want); err != nil {
+			if err := p.kernel.IPVS.UpdateRealServer(ctx, a.vs, want.key.realServer(want.weight)); err != nil {
 				return ops, err
 			}
-			cur.Weight = want.Weight
+			a.rs[want.key] = want.weight
 			changedRS = true
 		}
-		delete(p.draining, key+"/"+rk)
+		if len(p.draining) > 0 {
+			delete(p.draining, drainKey{key, want.key})
+		}
 	}
-	var stale []string
+	if len(a.rs) == len(d.realServers) {
+		// Every desired real server is now applied, so equal sizes mean nothing is stale.
+		if changedRS {
+			p.noteConntrack(a.vs, ct)
+		}
+		return ops, nil
+	}
+	wanted := make(map[rsKey]struct{}, len(d.realServers))
+	for _, want := range d.realServers {
+		wanted[want.key] = struct{}{}
+	}
+	var stale []rsKey
 	for rk := range a.rs {
-		if _, ok := d.realServers[rk]; !ok {
+		if _, ok := wanted[rk]; !ok {
 			stale = append(stale, rk)
 		}
 	}
-	sort.Strings(stale)
+	slices.SortFunc(stale, compareRSKeys)
 	for _, rk := range stale {
-		cur := a.rs[rk]
-		if _, draining := p.draining[key+"/"+rk]; draining {
+		weight := a.rs[rk]
+		if _, draining := p.draining[drainKey{key, rk}]; draining {
 			continue
 		}
 		// TCP real servers that still serve traffic drain at weight 0; one already at
 		// weight 0 was terminating and its pod is now gone, and UDP/SCTP real servers go
 		// at once (kubernetes#71514: a weight-0 UDP destination keeps receiving a client's
 		// datagrams until its IPVS entry expires).
-		if a.vs.Protocol == ipvs.TCP && p.bc.drainTerminating && cur.Weight > 0 {
+		if a.vs.Protocol == ipvs.TCP && p.bc.drainTerminating && weight > 0 {
 			ops++
-			zero := copyRS(cur)
-			zero.Weight = 0
-			if err := p.kernel.IPVS.UpdateRealServer(ctx, a.vs, zero); err != nil {
+			if err := p.kernel.IPVS.UpdateRealServer(ctx, a.vs, rk.realServer(0)); err != nil {
 				return ops, fmt.Errorf("draining: %w", err)
 			}
-			cur.Weight = 0
-			p.draining[key+"/"+rk] = &drainingRS{vsKey: key, rsKey: rk, deadline: p.clock.Now().Add(p.opts.DrainTimeout).UnixNano()}
+			a.rs[rk] = 0
+			p.draining[drainKey{key, rk}] = p.clock.Now().Add(p.opts.DrainTimeout).UnixNano()
 			continue
 		}
 		ops++
-		if err := p.kernel.IPVS.DeleteRealServer(ctx, a.vs, cur); err != nil && !ipvs.IsNotFound(err) {
+		if err := p.kernel.IPVS.DeleteRealServer(ctx, a.vs, rk.realServer(weight)); err != nil && !ipvs.IsNotFound(err) {
 			return ops, err
 		}
 		delete(a.rs, rk)
@@ -520,33 +516,29 @@ func (p *Proxier) noteConntrack(vs *ipvs.VirtualServer, ct *[]conntrackTarget) {
 	}
 }
 
-func copyRS(rs *ipvs.RealServer) *ipvs.RealServer {
-	c := *rs
-	c.Address = append(net.IP(nil), rs.Address...)
-	return &c
-}
-
 // processDraining deletes draining real servers whose connections have ended or whose
 // deadline has passed: one destination dump per virtual server with draining entries.
 func (p *Proxier) processDraining(ctx context.Context, stats *SyncStats) error {
 	if len(p.draining) == 0 {
 		return nil
 	}
-	byVS := map[string][]string{}
-	for k, dr := range p.draining {
-		byVS[dr.vsKey] = append(byVS[dr.vsKey], k)
+	byVS := map[vsKey][]rsKey{}
+	for k := range p.draining {
+		byVS[k.vs] = append(byVS[k.vs], k.rs)
 	}
 	now := p.clock.Now().UnixNano()
-	vsKeys := make([]string, 0, len(byVS))
+	vsKeys := make([]vsKey, 0, len(byVS))
 	for k := range byVS {
 		vsKeys = append(vsKeys, k)
 	}
-	sort.Strings(vsKeys)
+	slices.SortFunc(vsKeys, compareVSKeys)
 	for _, vk := range vsKeys {
+		rks := byVS[vk]
+		slices.SortFunc(rks, compareRSKeys)
 		a := p.applied.vs[vk]
 		if a == nil {
-			for _, k := range byVS[vk] {
-				delete(p.draining, k)
+			for _, rk := range rks {
+				delete(p.draining, drainKey{vk, rk})
 			}
 			continue
 		}
@@ -554,24 +546,24 @@ func (p *Proxier) processDraining(ctx context.Context, stats *SyncStats) error {
 		if err != nil {
 			return err
 		}
-		conns := map[string]int{}
+		conns := make(map[rsKey]int, len(live))
 		for _, rs := range live {
-			conns[rs.Key()] = rs.ActiveConn + rs.InactiveConn
+			conns[keyOfRS(rs.Address, rs.Port)] = rs.ActiveConn + rs.InactiveConn
 		}
-		for _, k := range byVS[vk] {
-			dr := p.draining[k]
-			n, present := conns[dr.rsKey]
-			if present && n > 0 && now < dr.deadline {
+		for _, rk := range rks {
+			dk := drainKey{vk, rk}
+			n, present := conns[rk]
+			if present && n > 0 && now < p.draining[dk] {
 				continue
 			}
-			if cur := a.rs[dr.rsKey]; cur != nil && present {
+			if weight, ok := a.rs[rk]; ok && present {
 				stats.IPVSOps++
-				if err := p.kernel.IPVS.DeleteRealServer(ctx, a.vs, cur); err != nil && !ipvs.IsNotFound(err) {
+				if err := p.kernel.IPVS.DeleteRealServer(ctx, a.vs, rk.realServer(weight)); err != nil && !ipvs.IsNotFound(err) {
 					return fmt.Errorf("removing drained real server: %w", err)
 				}
 			}
-			delete(a.rs, dr.rsKey)
-			delete(p.draining, k)
+			delete(a.rs, rk)
+			delete(p.draining, dk)
 		}
 	}
 	observeDraining(p.opts.IPFamily, len(p.draining))
@@ -685,9 +677,9 @@ func (p *Proxier) cleanConntrack(ctx context.Context, targets []conntrackTarget,
 	if p.kernel.Conntrack == nil {
 		return
 	}
-	want := map[string]bool{}
+	want := map[vsKey]bool{}
 	for _, t := range targets {
-		want[t.protocol+"/"+net.JoinHostPort(t.addr, strconv.Itoa(int(t.port)))] = true
+		want[makeVSKey(t.protocol, net.ParseIP(t.addr), t.port)] = true
 	}
 	if full {
 		for k, a := range p.applied.vs {
@@ -711,13 +703,12 @@ func (p *Proxier) cleanConntrack(ctx context.Context, targets []conntrackTarget,
 		}
 		var stale []conntrack.Flow
 		for _, f := range flows {
-			key := proto.name + "/" + net.JoinHostPort(f.OrigDst.String(), strconv.Itoa(int(f.OrigDstPort)))
+			key := makeVSKey(proto.name, f.OrigDst, f.OrigDstPort)
 			if !want[key] {
 				continue
 			}
 			if a := p.applied.vs[key]; a != nil {
-				rs := a.rs[net.JoinHostPort(f.ReplySrc.String(), strconv.Itoa(int(f.ReplySrcPort)))]
-				if rs != nil && rs.Weight > 0 {
+				if w, ok := a.rs[keyOfRS(f.ReplySrc, f.ReplySrcPort)]; ok && w > 0 {
 					continue
 				}
 			}
