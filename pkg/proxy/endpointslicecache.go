@@ -35,28 +35,20 @@ type sliceTracker struct {
 	pending map[string]*sliceInfo
 }
 
-// sliceInfo is the part of an EndpointSlice the proxier uses.
+// sliceInfo is the part of an EndpointSlice the proxier uses: per port, the finished
+// Endpoints, which endpointsMap hands out as they are (they are immutable), so a
+// slice's endpoints exist once in memory however often its Service is merged.
 type sliceInfo struct {
-	remove    bool
-	ports     []slicePort     // sorted
-	endpoints []*sliceAddress // sorted by address
+	remove bool
+	ports  []slicePort // sorted
+	// endpoints[i] are the endpoints on ports[i], sorted by Endpoint.String().
+	endpoints [][]*Endpoint
 }
 
 type slicePort struct {
 	name     string
 	port     int
 	protocol v1.Protocol
-}
-
-type sliceAddress struct {
-	ip          string // canonical
-	nodeName    string
-	zone        string
-	zoneHints   sets.Set[string]
-	nodeHints   sets.Set[string]
-	ready       bool
-	serving     bool
-	terminating bool
 }
 
 func newEndpointSliceCache(family v1.IPFamily, nodeName string) *endpointSliceCache {
@@ -182,6 +174,7 @@ func (c *endpointSliceCache) newSliceInfo(svc types.NamespacedName, slice *disco
 	})
 	info.ports = slices.Compact(info.ports)
 
+	var addrs []Endpoint // port-less endpoints, one per usable address
 	for i := range slice.Endpoints {
 		ep := &slice.Endpoints[i]
 		if len(ep.Addresses) == 0 {
@@ -198,37 +191,66 @@ func (c *endpointSliceCache) newSliceInfo(svc types.NamespacedName, slice *disco
 			logger.Info("Ignoring endpoint whose address does not match the slice's family", "address", ep.Addresses[0])
 			continue
 		}
-		addr := &sliceAddress{
-			ip: canonicalIP(ip).String(),
+		addr := Endpoint{
+			IP: canonicalIP(ip).String(),
 			// Nil conditions default as the API documents them.
-			ready:       ep.Conditions.Ready == nil || *ep.Conditions.Ready,
-			serving:     ep.Conditions.Serving == nil || *ep.Conditions.Serving,
-			terminating: ep.Conditions.Terminating != nil && *ep.Conditions.Terminating,
+			Ready:       ep.Conditions.Ready == nil || *ep.Conditions.Ready,
+			Serving:     ep.Conditions.Serving == nil || *ep.Conditions.Serving,
+			Terminating: ep.Conditions.Terminating != nil && *ep.Conditions.Terminating,
 		}
 		if ep.NodeName != nil {
-			addr.nodeName = *ep.NodeName
+			addr.NodeName = *ep.NodeName
+			addr.IsLocal = c.nodeName != "" && addr.NodeName == c.nodeName
 		}
 		if ep.Zone != nil {
-			addr.zone = *ep.Zone
+			addr.Zone = *ep.Zone
 		}
 		if ep.Hints != nil {
 			for _, z := range ep.Hints.ForZones {
-				if addr.zoneHints == nil {
-					addr.zoneHints = sets.New[string]()
+				if addr.ZoneHints == nil {
+					addr.ZoneHints = sets.New[string]()
 				}
-				addr.zoneHints.Insert(z.Name)
+				addr.ZoneHints.Insert(z.Name)
 			}
 			for _, n := range ep.Hints.ForNodes {
-				if addr.nodeHints == nil {
-					addr.nodeHints = sets.New[string]()
+				if addr.NodeHints == nil {
+					addr.NodeHints = sets.New[string]()
 				}
-				addr.nodeHints.Insert(n.Name)
+				addr.NodeHints.Insert(n.Name)
 			}
 		}
-		info.endpoints = append(info.endpoints, addr)
+		addrs = append(addrs, addr)
 	}
-	slices.SortStableFunc(info.endpoints, func(a, b *sliceAddress) int { return cmp.Compare(a.ip, b.ip) })
+
+	info.endpoints = make([][]*Endpoint, len(info.ports))
+	for i, port := range info.ports {
+		eps := make([]Endpoint, len(addrs)) // one allocation for the port's endpoints
+		out := make([]*Endpoint, len(addrs))
+		for j := range addrs {
+			eps[j] = addrs[j]
+			eps[j].Port = port.port
+			out[j] = &eps[j]
+		}
+		out = sortEndpoints(out)
+		info.endpoints[i] = out
+	}
 	return info
+}
+
+// sortEndpoints sorts by String() and drops later copies of an endpoint listed twice
+// in one slice, keeping the most usable (the first of equals: the sort is stable).
+func sortEndpoints(eps []*Endpoint) []*Endpoint {
+	if len(eps) < 2 {
+		return eps
+	}
+	keys := make(map[*Endpoint]string, len(eps))
+	for _, ep := range eps {
+		keys[ep] = ep.String()
+	}
+	slices.SortStableFunc(eps, func(a, b *Endpoint) int {
+		return cmp.Or(cmp.Compare(keys[a], keys[b]), cmp.Compare(usability(b), usability(a)))
+	})
+	return slices.CompactFunc(eps, func(a, b *Endpoint) bool { return keys[a] == keys[b] })
 }
 
 // endpointsMap merges a Service's slices into its endpoints per service port. An
@@ -236,6 +258,18 @@ func (c *endpointSliceCache) newSliceInfo(svc types.NamespacedName, slice *disco
 // controller moves it) is kept once: the most usable copy wins, ties go to the slice
 // whose name sorts first, so the result never depends on map order.
 func (c *endpointSliceCache) endpointsMap(svc types.NamespacedName, byName map[string]*sliceInfo) EndpointsMap {
+	if len(byName) == 1 {
+		// One slice (the usual case): its endpoints are already sorted and unique.
+		for _, info := range byName {
+			em := make(EndpointsMap, len(info.ports))
+			for i, port := range info.ports {
+				if len(info.endpoints[i]) > 0 {
+					em[ServicePortName{NamespacedName: svc, Port: port.name, Protocol: port.protocol}] = info.endpoints[i]
+				}
+			}
+			return em
+		}
+	}
 	names := make([]string, 0, len(byName))
 	for name := range byName {
 		names = append(names, name)
@@ -245,26 +279,14 @@ func (c *endpointSliceCache) endpointsMap(svc types.NamespacedName, byName map[s
 	merged := make(map[ServicePortName]map[string]*Endpoint)
 	for _, name := range names {
 		info := byName[name]
-		for _, port := range info.ports {
+		for i, port := range info.ports {
 			spn := ServicePortName{NamespacedName: svc, Port: port.name, Protocol: port.protocol}
 			byEndpoint := merged[spn]
 			if byEndpoint == nil {
 				byEndpoint = make(map[string]*Endpoint)
 				merged[spn] = byEndpoint
 			}
-			for _, addr := range info.endpoints {
-				ep := &Endpoint{
-					IP:          addr.ip,
-					Port:        port.port,
-					IsLocal:     c.nodeName != "" && addr.nodeName == c.nodeName,
-					Ready:       addr.ready,
-					Serving:     addr.serving,
-					Terminating: addr.terminating,
-					NodeName:    addr.nodeName,
-					Zone:        addr.zone,
-					ZoneHints:   addr.zoneHints,
-					NodeHints:   addr.nodeHints,
-				}
+			for _, ep := range info.endpoints[i] {
 				key := ep.String()
 				if have, ok := byEndpoint[key]; !ok || usability(ep) > usability(have) {
 					byEndpoint[key] = ep

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"net"
 	"reflect"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -106,7 +107,7 @@ type Proxier struct {
 
 	// portsMu guards portsByService, which handlers update.
 	portsMu        sync.Mutex
-	portsByService map[types.NamespacedName]sets.Set[proxy.ServicePortName]
+	portsByService map[types.NamespacedName][]proxy.ServicePortName // unique
 
 	mu                   sync.Mutex // guards everything below
 	svcPortMap           proxy.ServicePortMap
@@ -187,7 +188,7 @@ func NewProxier(ctx context.Context, opts Options, kernel Kernel, clk clock.Cloc
 		ctx:              klog.NewContext(ctx, logger),
 		serviceChanges:   proxy.NewServiceChangeTracker(opts.IPFamily, opts.Recorder),
 		endpointsChanges: proxy.NewEndpointsChangeTracker(opts.IPFamily, opts.NodeName),
-		portsByService:   map[types.NamespacedName]sets.Set[proxy.ServicePortName]{},
+		portsByService:   map[types.NamespacedName][]proxy.ServicePortName{},
 		svcPortMap:       proxy.ServicePortMap{},
 		endpointsMap:     proxy.EndpointsMap{},
 		names:            newSetNames(opts.IPFamily),
@@ -331,10 +332,13 @@ func (p *Proxier) recordPorts(oldService, service *v1.Service) {
 		return
 	}
 	name := types.NamespacedName{Namespace: service.Namespace, Name: service.Name}
-	ports := sets.New[proxy.ServicePortName]()
+	ports := make([]proxy.ServicePortName, 0, len(service.Spec.Ports))
 	for i := range service.Spec.Ports {
 		sp := &service.Spec.Ports[i]
-		ports.Insert(proxy.ServicePortName{NamespacedName: name, Port: sp.Name, Protocol: sp.Protocol})
+		spn := proxy.ServicePortName{NamespacedName: name, Port: sp.Name, Protocol: sp.Protocol}
+		if !slices.Contains(ports, spn) {
+			ports = append(ports, spn)
+		}
 	}
 	p.portsByService[name] = ports
 }

@@ -128,15 +128,19 @@ func (p *Proxier) sync(ctx context.Context, full bool) (SyncStats, error) {
 // buildService collects one Service's ports and builds its desired state (nil when the
 // Service has no ports left in this family).
 func (p *Proxier) buildService(name types.NamespacedName) *serviceState {
-	candidates := sets.New(p.builtPorts[name]...)
+	// The ports built last time (a removed port must be rebuilt away) and the ports the
+	// Service declares now; a Service has a handful, so a list beats a set.
+	candidates := slices.Clone(p.builtPorts[name])
 	p.portsMu.Lock()
-	for spn := range p.portsByService[name] {
-		candidates.Insert(spn)
+	for _, spn := range p.portsByService[name] {
+		if !slices.Contains(candidates, spn) {
+			candidates = append(candidates, spn)
+		}
 	}
 	p.portsMu.Unlock()
 	var ports []servicePort
 	var found []proxy.ServicePortName
-	for spn := range candidates {
+	for _, spn := range candidates {
 		info, ok := p.svcPortMap[spn]
 		if !ok {
 			continue

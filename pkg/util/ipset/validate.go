@@ -158,14 +158,27 @@ func CanonicalEntry(t Type, family, entry string) (string, error) {
 // valid entry of some supported type and family, which keeps any restore line
 // well-formed; the kernel then checks it against the real type.
 func checkEntrySyntax(entry string) error {
-	for t := range typeShapes {
-		for _, fam := range []string{FamilyInet, FamilyInet6} {
-			if _, err := CanonicalEntry(t, fam, entry); err == nil {
-				return nil
-			}
+	// Only the types with as many components as the entry can accept it, and the first
+	// component's text tells the family: at most two attempts instead of every type
+	// and family (this runs for every entry of a restore batch).
+	parts := strings.Count(entry, ",") + 1
+	family := FamilyInet
+	if first, _, _ := strings.Cut(entry, ","); strings.Contains(first, ":") {
+		family = FamilyInet6
+	}
+	for _, t := range entryTypesByParts[parts] {
+		if _, err := CanonicalEntry(t, family, entry); err == nil {
+			return nil
 		}
 	}
 	return fmt.Errorf("%w: entry %q is not valid for any supported set type", ErrInvalid, entry)
+}
+
+// entryTypesByParts lists the supported types by their number of components.
+var entryTypesByParts = map[int][]Type{
+	1: {HashIP, BitmapPort},
+	2: {HashIPPort},
+	3: {HashIPPortIP, HashIPPortNet},
 }
 
 func canonicalAddr(s string, want6 bool) (string, error) {
