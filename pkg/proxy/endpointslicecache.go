@@ -3,6 +3,7 @@ package proxy
 import (
 	"cmp"
 	"fmt"
+	"net/netip"
 	"reflect"
 	"slices"
 
@@ -191,8 +192,14 @@ func (c *endpointSliceCache) newSliceInfo(svc types.NamespacedName, slice *disco
 			logger.Info("Ignoring endpoint whose address does not match the slice's family", "address", ep.Addresses[0])
 			continue
 		}
+		text := ep.Addresses[0]
+		if a, err := netip.ParseAddr(text); err != nil || !a.Is4() {
+			// Already canonical IPv4 text is shared with the object; anything else
+			// (IPv6, or IPv4 with leading zeros) is rewritten.
+			text = canonicalIP(ip).String()
+		}
 		addr := Endpoint{
-			IP: canonicalIP(ip).String(),
+			IP: text,
 			// Nil conditions default as the API documents them.
 			Ready:       ep.Conditions.Ready == nil || *ep.Conditions.Ready,
 			Serving:     ep.Conditions.Serving == nil || *ep.Conditions.Serving,

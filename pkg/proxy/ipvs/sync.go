@@ -31,7 +31,19 @@ type appliedState struct {
 
 type appliedVS struct {
 	vs *ipvs.VirtualServer
-	rs map[rsKey]int32 // weights
+	// rs is sorted by key and unique. It is never changed in place: once a virtual
+	// server matches its desired state it shares the desired list, so the applied state
+	// costs no memory of its own at steady state.
+	rs []desiredRS
+}
+
+// weight returns the applied weight of real server k.
+func (a *appliedVS) weight(k rsKey) (int32, bool) {
+	i, ok := slices.BinarySearchFunc(a.rs, k, func(e desiredRS, k rsKey) int { return compareRSKeys(e.key, k) })
+	if !ok {
+		return 0, false
+	}
+	return a.rs[i].weight, true
 }
 
 // conntrackTarget is a UDP/SCTP virtual server whose real servers changed: flows to it
@@ -248,10 +260,12 @@ func (p *Proxier) observe(ctx context.Context) (*appliedState, error) {
 		if err != nil {
 			return nil, fmt.Errorf("listing real servers of %s: %w", vs, err)
 		}
-		a := &appliedVS{vs: vs, rs: make(map[rsKey]int32, len(rss))}
+		a := &appliedVS{vs: vs, rs: make([]desiredRS, 0, len(rss))}
 		for _, rs := range rss {
-			a.rs[keyOfRS(rs.Address, rs.Port)] = int32(rs.Weight)
+			a.rs = append(a.rs, desiredRS{key: keyOfRS(rs.Address, rs.Port), weight: int32(rs.Weight)})
 		}
+		slices.SortFunc(a.rs, func(x, y desiredRS) int { return compareRSKeys(x.key, y.key) })
+		a.rs = slices.CompactFunc(a.rs, func(x, y desiredRS) bool { return x.key == y.key })
 		st.vs[keyOfVS(vs)] = a
 	}
 	all, err := p.kernel.IPSet.SaveAll(ctx)
@@ -413,8 +427,8 @@ func (p *Proxier) syncVirtualServer(ctx context.Context, key vsKey, ct *[]conntr
 			return 1, err
 		}
 		delete(p.applied.vs, key)
-		for rk := range a.rs {
-			delete(p.draining, drainKey{key, rk})
+		for _, r := range a.rs {
+			delete(p.draining, drainKey{key, r.key})
 		}
 		p.noteConntrack(a.vs, ct)
 		return 1, nil
@@ -432,7 +446,7 @@ func (p *Proxier) syncVirtualServer(ctx context.Context, key vsKey, ct *[]conntr
 				return ops, err
 			}
 		}
-		a = &appliedVS{vs: d.vs, rs: make(map[rsKey]int32, len(d.realServers))}
+		a = &appliedVS{vs: d.vs}
 		p.applied.vs[key] = a
 	case !a.vs.Equal(d.vs):
 		ops++
@@ -441,73 +455,96 @@ func (p *Proxier) syncVirtualServer(ctx context.Context, key vsKey, ct *[]conntr
 		}
 		a.vs = d.vs
 	}
-
-	changedRS := false
-	for _, want := range d.realServers {
-		cur, ok := a.rs[want.key]
-		switch {
-		case !ok:
-			ops++
-			if err := p.kernel.IPVS.AddRealServer(ctx, a.vs, want.key.realServer(want.weight)); err != nil {
-				return ops, err
-			}
-			a.rs[want.key] = want.weight
-			changedRS = true
-		case cur != want.weight:
-			ops++
-			if err := p.kernel.IPVS.UpdateRealServer(ctx, a.vs, want.key.realServer(want.weight)); err != nil {
-				return ops, err
-			}
-			a.rs[want.key] = want.weight
-			changedRS = true
-		}
+	if slices.Equal(a.rs, d.realServers) {
+		// The usual case of a full sync: nothing to do but share the desired list.
+		a.rs = d.realServers
 		if len(p.draining) > 0 {
-			delete(p.draining, drainKey{key, want.key})
-		}
-	}
-	if len(a.rs) == len(d.realServers) {
-		// Every desired real server is now applied, so equal sizes mean nothing is stale.
-		if changedRS {
-			p.noteConntrack(a.vs, ct)
+			for _, want := range d.realServers {
+				delete(p.draining, drainKey{key, want.key})
+			}
 		}
 		return ops, nil
 	}
-	wanted := make(map[rsKey]struct{}, len(d.realServers))
-	for _, want := range d.realServers {
-		wanted[want.key] = struct{}{}
-	}
-	var stale []rsKey
-	for rk := range a.rs {
-		if _, ok := wanted[rk]; !ok {
-			stale = append(stale, rk)
+
+	// Walk both sorted lists: desired only -> add, both -> fix the weight, applied only
+	// -> stale. Stale ones are handled after every add, so that replacing a Service's
+	// only endpoint never leaves it without one. out is the new applied list.
+	out := make([]desiredRS, 0, max(len(a.rs), len(d.realServers)))
+	var stale []desiredRS
+	changedRS := false
+	have, want := a.rs, d.realServers
+	for len(have) > 0 || len(want) > 0 {
+		c := 0
+		switch {
+		case len(have) == 0:
+			c = 1
+		case len(want) == 0:
+			c = -1
+		default:
+			c = compareRSKeys(have[0].key, want[0].key)
+		}
+		switch {
+		case c < 0:
+			stale = append(stale, have[0])
+			have = have[1:]
+			continue
+		case c > 0: // desired, not in the kernel
+			w := want[0]
+			want = want[1:]
+			ops++
+			if err := p.kernel.IPVS.AddRealServer(ctx, a.vs, w.key.realServer(w.weight)); err != nil {
+				return ops, err
+			}
+			out = append(out, w)
+			changedRS = true
+		default:
+			h, w := have[0], want[0]
+			have, want = have[1:], want[1:]
+			if h.weight != w.weight {
+				ops++
+				if err := p.kernel.IPVS.UpdateRealServer(ctx, a.vs, w.key.realServer(w.weight)); err != nil {
+					return ops, err
+				}
+				changedRS = true
+			}
+			out = append(out, w)
+		}
+		if len(p.draining) > 0 {
+			delete(p.draining, drainKey{key, out[len(out)-1].key})
 		}
 	}
-	slices.SortFunc(stale, compareRSKeys)
-	for _, rk := range stale {
-		weight := a.rs[rk]
-		if _, draining := p.draining[drainKey{key, rk}]; draining {
+	kept := false
+	for _, h := range stale {
+		if _, draining := p.draining[drainKey{key, h.key}]; draining {
+			out, kept = append(out, h), true
 			continue
 		}
 		// TCP real servers that still serve traffic drain at weight 0; one already at
 		// weight 0 was terminating and its pod is now gone, and UDP/SCTP real servers go
 		// at once (kubernetes#71514: a weight-0 UDP destination keeps receiving a client's
 		// datagrams until its IPVS entry expires).
-		if a.vs.Protocol == ipvs.TCP && p.bc.drainTerminating && weight > 0 {
+		if a.vs.Protocol == ipvs.TCP && p.bc.drainTerminating && h.weight > 0 {
 			ops++
-			if err := p.kernel.IPVS.UpdateRealServer(ctx, a.vs, rk.realServer(0)); err != nil {
+			if err := p.kernel.IPVS.UpdateRealServer(ctx, a.vs, h.key.realServer(0)); err != nil {
 				return ops, fmt.Errorf("draining: %w", err)
 			}
-			a.rs[rk] = 0
-			p.draining[drainKey{key, rk}] = p.clock.Now().Add(p.opts.DrainTimeout).UnixNano()
+			p.draining[drainKey{key, h.key}] = p.clock.Now().Add(p.opts.DrainTimeout).UnixNano()
+			out, kept = append(out, desiredRS{key: h.key, weight: 0}), true
 			continue
 		}
 		ops++
-		if err := p.kernel.IPVS.DeleteRealServer(ctx, a.vs, rk.realServer(weight)); err != nil && !ipvs.IsNotFound(err) {
+		if err := p.kernel.IPVS.DeleteRealServer(ctx, a.vs, h.key.realServer(h.weight)); err != nil && !ipvs.IsNotFound(err) {
 			return ops, err
 		}
-		delete(a.rs, rk)
 		changedRS = true
 	}
+	if kept {
+		slices.SortFunc(out, func(x, y desiredRS) int { return compareRSKeys(x.key, y.key) })
+	}
+	if slices.Equal(out, d.realServers) {
+		out = d.realServers
+	}
+	a.rs = out
 	if changedRS {
 		p.noteConntrack(a.vs, ct)
 	}
@@ -560,13 +597,14 @@ func (p *Proxier) processDraining(ctx context.Context, stats *SyncStats) error {
 			if present && n > 0 && now < p.draining[dk] {
 				continue
 			}
-			if weight, ok := a.rs[rk]; ok && present {
+			if weight, ok := a.weight(rk); ok && present {
 				stats.IPVSOps++
 				if err := p.kernel.IPVS.DeleteRealServer(ctx, a.vs, rk.realServer(weight)); err != nil && !ipvs.IsNotFound(err) {
 					return fmt.Errorf("removing drained real server: %w", err)
 				}
 			}
-			delete(a.rs, rk)
+			// A copy: the list may be shared with the desired state.
+			a.rs = slices.DeleteFunc(slices.Clone(a.rs), func(e desiredRS) bool { return e.key == rk })
 			delete(p.draining, dk)
 		}
 	}
@@ -712,7 +750,7 @@ func (p *Proxier) cleanConntrack(ctx context.Context, targets []conntrackTarget,
 				continue
 			}
 			if a := p.applied.vs[key]; a != nil {
-				if w, ok := a.rs[keyOfRS(f.ReplySrc, f.ReplySrcPort)]; ok && w > 0 {
+				if w, ok := a.weight(keyOfRS(f.ReplySrc, f.ReplySrcPort)); ok && w > 0 {
 					continue
 				}
 			}

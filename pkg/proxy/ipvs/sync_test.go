@@ -453,3 +453,38 @@ TCP  10.96.0.1:80 mh mh-port persistent 600
 TCP  10.200.0.1:9999 wrr
 `, e.ipvs.Dump())
 }
+
+// orderedIPVS records the real-server writes in the order they reach the kernel.
+type orderedIPVS struct {
+	*ipvs.Fake
+	log []string
+}
+
+func (o *orderedIPVS) AddRealServer(ctx context.Context, vs *ipvs.VirtualServer, rs *ipvs.RealServer) error {
+	o.log = append(o.log, "add "+rs.Key())
+	return o.Fake.AddRealServer(ctx, vs, rs)
+}
+
+func (o *orderedIPVS) DeleteRealServer(ctx context.Context, vs *ipvs.VirtualServer, rs *ipvs.RealServer) error {
+	o.log = append(o.log, "del "+rs.Key())
+	return o.Fake.DeleteRealServer(ctx, vs, rs)
+}
+
+// TestReplacedEndpointAddedBeforeRemoval: replacing the only endpoint of a UDP Service
+// (removed at once, no drain) adds the new real server before it deletes the old one,
+// so the virtual server never has none. The new address sorts before the old one, so
+// a plain walk in key order would delete first.
+func TestReplacedEndpointAddedBeforeRemoval(t *testing.T) {
+	e := newTestEnv(t, v1.IPv4Protocol)
+	rec := &orderedIPVS{Fake: e.ipvs}
+	e.p.kernel.IPVS = rec
+	svc := makeService("ns", "dns", clusterIP("10.96.0.10"), port("dns", v1.ProtocolUDP, 53, 0))
+	old := makeSlice("ns", "dns", "dns-1", udp("dns", 53), endpoint("10.244.1.9"))
+	e.start(svc, old)
+	rec.log = nil
+	cur := makeSlice("ns", "dns", "dns-1", udp("dns", 53), endpoint("10.244.1.1"))
+	e.p.OnEndpointSliceUpdate(old, cur)
+	e.mustSync()
+	diff(t, "real-server writes", "add 10.244.1.1:53\ndel 10.244.1.9:53", strings.Join(rec.log, "\n"))
+	diff(t, "ipvs", "UDP  10.96.0.10:53 rr\n  -> 10.244.1.1:53 Masq 1 0 0", e.ipvs.Dump())
+}
