@@ -51,12 +51,6 @@ func dumpEndpoint(ep *Endpoint) string {
 			b.WriteString(" " + f.name)
 		}
 	}
-	if ep.NodeName != "" {
-		b.WriteString(" node=" + ep.NodeName)
-	}
-	if ep.Zone != "" {
-		b.WriteString(" zone=" + ep.Zone)
-	}
 	if ep.ZoneHints != nil {
 		b.WriteString(" forZones=" + strings.Join(sets.List(ep.ZoneHints), ","))
 	}
@@ -150,9 +144,9 @@ func TestEndpointSliceParsing(t *testing.T) {
 			)},
 			wantChanged: []bool{true},
 			want: strings.Join([]string{
-				"ns/web:http/TCP 10.1.0.1:80 ready serving local node=node-a zone=z1",
-				"ns/web:http/TCP 10.1.0.2:80 node=node-b",
-				"ns/web:http/TCP 10.1.0.3:80 serving terminating local node=node-a",
+				"ns/web:http/TCP 10.1.0.1:80 ready serving local",
+				"ns/web:http/TCP 10.1.0.2:80",
+				"ns/web:http/TCP 10.1.0.3:80 serving terminating local",
 				// Serving nil means serving, as the API documents.
 				"ns/web:http/TCP 10.1.0.4:80 serving terminating",
 			}, "\n"),
@@ -265,7 +259,7 @@ func TestEndpointSliceParsing(t *testing.T) {
 				endpoint("10.1.0.1", terminating()),
 			)},
 			wantChanged: []bool{true},
-			want:        "ns/web:http/TCP 10.1.0.1:80 ready serving local node=node-a",
+			want:        "ns/web:http/TCP 10.1.0.1:80 ready serving local",
 		},
 		{
 			name: "duplicate endpoint across slices: ready copy wins (ready in the later slice)",
@@ -274,7 +268,7 @@ func TestEndpointSliceParsing(t *testing.T) {
 				makeSlice("web-b", "web", v4, http80, endpoint("10.1.0.1", onNode("node-b"))),
 			},
 			wantChanged: []bool{true, true},
-			want:        "ns/web:http/TCP 10.1.0.1:80 ready serving node=node-b",
+			want:        "ns/web:http/TCP 10.1.0.1:80 ready serving",
 		},
 		{
 			name: "duplicate endpoint across slices: ready copy wins (ready in the earlier slice)",
@@ -283,7 +277,7 @@ func TestEndpointSliceParsing(t *testing.T) {
 				makeSlice("web-a", "web", v4, http80, endpoint("10.1.0.1", onNode("node-b"))),
 			},
 			wantChanged: []bool{true, true},
-			want:        "ns/web:http/TCP 10.1.0.1:80 ready serving node=node-b",
+			want:        "ns/web:http/TCP 10.1.0.1:80 ready serving",
 		},
 		{
 			name: "duplicate endpoint across slices, equally usable: first slice by name wins",
@@ -292,7 +286,7 @@ func TestEndpointSliceParsing(t *testing.T) {
 				makeSlice("web-a", "web", v4, http80, endpoint("10.1.0.1", onNode("node-c"))),
 			},
 			wantChanged: []bool{true, true},
-			want:        "ns/web:http/TCP 10.1.0.1:80 ready serving node=node-c",
+			want:        "ns/web:http/TCP 10.1.0.1:80 ready serving",
 		},
 		{
 			name: "endpoints are sorted by their ip:port text",

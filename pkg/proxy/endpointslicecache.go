@@ -99,8 +99,11 @@ func (c *endpointSliceCache) updatePending(svc types.NamespacedName, sliceName s
 		return false
 	}
 	if tracker == nil {
-		tracker = &sliceTracker{applied: map[string]*sliceInfo{}, pending: map[string]*sliceInfo{}}
+		tracker = &sliceTracker{applied: map[string]*sliceInfo{}}
 		c.byService[svc] = tracker
+	}
+	if tracker.pending == nil {
+		tracker.pending = map[string]*sliceInfo{}
 	}
 	tracker.pending[sliceName] = info
 	c.pending.Insert(svc)
@@ -133,7 +136,7 @@ func (c *endpointSliceCache) checkoutChanges() map[types.NamespacedName]*endpoin
 				tracker.applied[name] = info
 			}
 		}
-		clear(tracker.pending)
+		tracker.pending = nil // most Services have nothing pending most of the time
 		change.current = c.endpointsMap(svc, tracker.applied)
 		changes[svc] = change
 		if len(tracker.applied) == 0 {
@@ -175,7 +178,7 @@ func (c *endpointSliceCache) newSliceInfo(svc types.NamespacedName, slice *disco
 	})
 	info.ports = slices.Compact(info.ports)
 
-	var addrs []Endpoint // port-less endpoints, one per usable address
+	addrs := make([]Endpoint, 0, len(slice.Endpoints)) // one per usable address
 	for i := range slice.Endpoints {
 		ep := &slice.Endpoints[i]
 		if len(ep.Addresses) == 0 {
@@ -206,11 +209,7 @@ func (c *endpointSliceCache) newSliceInfo(svc types.NamespacedName, slice *disco
 			Terminating: ep.Conditions.Terminating != nil && *ep.Conditions.Terminating,
 		}
 		if ep.NodeName != nil {
-			addr.NodeName = *ep.NodeName
-			addr.IsLocal = c.nodeName != "" && addr.NodeName == c.nodeName
-		}
-		if ep.Zone != nil {
-			addr.Zone = *ep.Zone
+			addr.IsLocal = c.nodeName != "" && *ep.NodeName == c.nodeName
 		}
 		if ep.Hints != nil {
 			for _, z := range ep.Hints.ForZones {
@@ -231,10 +230,12 @@ func (c *endpointSliceCache) newSliceInfo(svc types.NamespacedName, slice *disco
 
 	info.endpoints = make([][]*Endpoint, len(info.ports))
 	for i, port := range info.ports {
-		eps := make([]Endpoint, len(addrs)) // one allocation for the port's endpoints
-		out := make([]*Endpoint, len(addrs))
-		for j := range addrs {
-			eps[j] = addrs[j]
+		eps := addrs // one allocation holds a port's endpoints
+		if i < len(info.ports)-1 {
+			eps = slices.Clone(addrs)
+		}
+		out := make([]*Endpoint, len(eps))
+		for j := range eps {
 			eps[j].Port = port.port
 			out[j] = &eps[j]
 		}

@@ -314,9 +314,6 @@ func checkEndpointsMap(t *testing.T, family v1.IPFamily, em EndpointsMap) {
 			if ep.Port < 1 || ep.Port > 65535 {
 				t.Fatalf("%s: %v: bad port %d", family, spn, ep.Port)
 			}
-			if ep.IsLocal != (ep.NodeName == thisNode) {
-				t.Fatalf("%s: %v: IsLocal %v for node %q", family, spn, ep.IsLocal, ep.NodeName)
-			}
 			if i > 0 && eps[i-1].String() >= ep.String() {
 				t.Fatalf("%s: %v: not strictly sorted: %s then %s", family, spn, eps[i-1], ep)
 			}

@@ -21,9 +21,6 @@ type tep struct {
 
 func (e tep) endpoint() *Endpoint {
 	ep := &Endpoint{IP: e.ip, Port: 80, Ready: e.ready, Serving: e.serving, Terminating: e.terminating, IsLocal: e.local}
-	if e.local {
-		ep.NodeName = thisNode
-	}
 	if e.zones != nil {
 		ep.ZoneHints = sets.New(e.zones...)
 	}
