@@ -79,8 +79,8 @@ type Endpoint struct {
 	Terminating bool
 	// The endpoint's node and zone are not kept: IsLocal and the hints are all the
 	// proxier reads, and 500k endpoints at 50k Services make every field count.
-	ZoneHints   sets.Set[string] // nil when the slice carries no zone hints
-	NodeHints   sets.Set[string] // nil when the slice carries no node hints
+	ZoneHints sets.Set[string] // nil when the slice carries no zone hints
+	NodeHints sets.Set[string] // nil when the slice carries no node hints
 }
 
 // String is "ip:port".
