@@ -18,6 +18,7 @@ import (
 	"k8s.io/component-base/metrics"
 	metricsfeatures "k8s.io/component-base/metrics/features"
 	"k8s.io/component-base/version"
+	"k8s.io/klog/v2"
 
 	proxyconfigapi "github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/proxy/apis/config"
 )
@@ -208,7 +209,11 @@ func (r *invocation) validate() error {
 	if !proxyconfigapi.IsSupportedMode(cfg.Mode) {
 		return fmt.Errorf("proxy mode %q is not supported: this daemon implements the ipvs mode only (use --proxy-mode=ipvs or leave it empty)", cfg.Mode)
 	}
-	if err := r.opts.featureGate.SetFromMap(cfg.FeatureGates); err != nil {
+	gates, inert := splitFeatureGates(cfg.FeatureGates, r.opts.featureGate)
+	for _, name := range inert {
+		klog.InfoS("Feature gate has no effect on kube-proxy-ipvs; accepted as upstream kube-proxy accepts it", "featureGate", name)
+	}
+	if err := r.opts.featureGate.SetFromMap(gates); err != nil {
 		return fmt.Errorf("invalid feature gates (from %s): %w", source, err)
 	}
 	if !r.opts.featureGate.Enabled(KubeProxyIPVS) {

@@ -311,3 +311,24 @@ func TestIntegrationCleanupInNamespace(t *testing.T) {
 		}
 	})
 }
+
+// TestKubernetesFeatureGatesAccepted: gates upstream kube-proxy accepts without using
+// (a kubelet gate passed cluster-wide) are accepted and kept in the configuration, our
+// own gates still take effect, and a name no Kubernetes component knows is still
+// rejected (the "unknown feature gate" case above).
+func TestKubernetesFeatureGatesAccepted(t *testing.T) {
+	cfg := writeConfig(t, "--feature-gates=InPlacePodVerticalScaling=true,AllBeta=false,KubeProxyNFTablesLocalhostNodePorts=true")
+	for name, want := range map[string]bool{"InPlacePodVerticalScaling": true, "AllBeta": false, "KubeProxyNFTablesLocalhostNodePorts": true} {
+		if got, ok := cfg.FeatureGates[name]; !ok || got != want {
+			t.Errorf("featureGates[%s] = %v (present %v), want %v", name, got, ok, want)
+		}
+	}
+	fg := newFeatureGate()
+	gates, inert := splitFeatureGates(map[string]bool{"InPlacePodVerticalScaling": true, "KubeProxyIPVS": true, "NoSuchGate": true}, fg)
+	if strings.Join(inert, ",") != "InPlacePodVerticalScaling" || len(gates) != 2 || !gates["KubeProxyIPVS"] || !gates["NoSuchGate"] {
+		t.Errorf("split = %v, inert %v; want KubeProxyIPVS and NoSuchGate kept for the gate, InPlacePodVerticalScaling inert", gates, inert)
+	}
+	if len(knownKubernetesFeatureGates) < 200 {
+		t.Errorf("only %d known Kubernetes gates: regenerate with hack/update-known-feature-gates.sh", len(knownKubernetesFeatureGates))
+	}
+}

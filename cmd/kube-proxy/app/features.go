@@ -1,6 +1,8 @@
 package app
 
 import (
+	"sort"
+
 	"k8s.io/apimachinery/pkg/util/version"
 	"k8s.io/component-base/featuregate"
 	logsapi "k8s.io/component-base/logs/api/v1"
@@ -97,4 +99,26 @@ func newFeatureGate() featuregate.MutableVersionedFeatureGate {
 		}
 	}
 	return fg
+}
+
+// splitFeatureGates separates the gates this daemon registers (and names nobody knows,
+// which SetFromMap rejects as upstream does) from the Kubernetes gates upstream
+// kube-proxy accepts without using them for anything kube-proxy-ipvs does: a manifest
+// that passes, say, a kubelet gate cluster-wide must keep working. The inert names are
+// returned sorted.
+func splitFeatureGates(m map[string]bool, fg featuregate.MutableVersionedFeatureGate) (map[string]bool, []string) {
+	known := fg.GetAll()
+	out := make(map[string]bool, len(m))
+	var inert []string
+	for name, on := range m {
+		_, ours := known[featuregate.Feature(name)]
+		_, kube := knownKubernetesFeatureGates[name]
+		if !ours && kube {
+			inert = append(inert, name)
+			continue
+		}
+		out[name] = on
+	}
+	sort.Strings(inert)
+	return out, inert
 }
