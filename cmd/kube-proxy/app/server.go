@@ -85,7 +85,8 @@ type deps struct {
 	hostname        func() (string, error)
 	kernel          kernelSetup
 	familySupported func(v1.IPFamily) bool
-	nodeWaitTimeout time.Duration
+	nodeWaitTimeout time.Duration // for the Node and its addresses
+	podCIDRTimeout  time.Duration // for node.spec.podCIDRs, in detectLocalMode NodeCIDR
 	nodePoll        time.Duration
 	newProvider     func(ctx context.Context, s *ProxyServer) (proxy.Provider, error)
 	configPoll      time.Duration
@@ -99,6 +100,7 @@ func defaultDeps() deps {
 		kernel:          defaultKernelSetup(),
 		familySupported: kernelSupportsFamily,
 		nodeWaitTimeout: 30 * time.Second,
+		podCIDRTimeout:  5 * time.Minute,
 		nodePoll:        time.Second,
 		newProvider:     createProxier,
 		configPoll:      5 * time.Second,
@@ -132,11 +134,13 @@ func newProxyServer(ctx context.Context, o *Options, d deps) (*ProxyServer, erro
 		return nil, err
 	}
 
-	if s.Node, err = waitForNode(ctx, s.Client, s.NodeName, d.nodePoll, d.nodeWaitTimeout); err != nil {
+	if s.Node, err = waitForNode(ctx, s.Client, s.NodeName, d, cfg.DetectLocalMode == "NodeCIDR"); err != nil {
 		return nil, err
 	}
 	s.PrimaryIPFamily, s.NodeIPs = detectNodeIPs(logger, s.Node, cfg.BindAddress)
-	s.PodCIDRs = s.Node.Spec.PodCIDRs
+	if s.Node != nil {
+		s.PodCIDRs = s.Node.Spec.PodCIDRs
+	}
 	s.IPFamilies = []v1.IPFamily{s.PrimaryIPFamily}
 	if other := otherFamily(s.PrimaryIPFamily); d.familySupported(other) {
 		s.IPFamilies = append(s.IPFamilies, other)
@@ -195,28 +199,60 @@ func resolveNodeName(override string, hostname func() (string, error)) (string, 
 	return name, nil
 }
 
-// waitForNode polls for the Node object; kube-proxy needs its addresses and
-// podCIDRs before it can program anything.
-func waitForNode(ctx context.Context, client clientset.Interface, name string, poll, timeout time.Duration) (*v1.Node, error) {
+// waitForNode waits, as upstream does, up to nodeWaitTimeout for the Node to exist
+// and have an address, and in detectLocalMode NodeCIDR up to podCIDRTimeout more for
+// its podCIDRs. Only the podCIDR wait is fatal: without the Node or its addresses
+// kube-proxy logs an error and keeps going (the node IP falls back to loopback), so a
+// Node registered late does not crash-loop the DaemonSet. It returns the last Node
+// seen, possibly nil.
+func waitForNode(ctx context.Context, client clientset.Interface, name string, d deps, needPodCIDRs bool) (*v1.Node, error) {
+	logger := klog.FromContext(ctx)
 	var node *v1.Node
 	var lastErr error
-	err := wait.PollUntilContextTimeout(ctx, poll, timeout, true, func(ctx context.Context) (bool, error) {
-		n, err := client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
-		if err != nil {
-			lastErr = err
-			return false, nil
+	poll := func(done func(*v1.Node) bool) func(context.Context) (bool, error) {
+		return func(ctx context.Context) (bool, error) {
+			n, err := client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+			if err != nil {
+				lastErr = err
+				return false, nil
+			}
+			node, lastErr = n, nil
+			return done(n), nil
 		}
-		node = n
-		return true, nil
-	})
-	if err != nil {
-		if apierrors.IsNotFound(lastErr) {
-			return nil, fmt.Errorf("node %q not found after %s: is --hostname-override (or the hostname) the Node's name?", name, timeout)
+	}
+	hasIP := func(n *v1.Node) bool {
+		for _, a := range n.Status.Addresses {
+			if (a.Type == v1.NodeInternalIP || a.Type == v1.NodeExternalIP) && net.ParseIP(a.Address) != nil {
+				return true
+			}
 		}
-		if lastErr != nil {
-			return nil, fmt.Errorf("getting node %q (gave up after %s): %w", name, timeout, lastErr)
+		return false
+	}
+	if err := wait.PollUntilContextTimeout(ctx, d.nodePoll, d.nodeWaitTimeout, true, poll(hasIP)); err != nil {
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("waiting for node %q: %w", name, ctx.Err())
 		}
-		return nil, fmt.Errorf("waiting for node %q: %w", name, err)
+		switch {
+		case node == nil && apierrors.IsNotFound(lastErr):
+			logger.Error(nil, "Timed out waiting for node to exist; is --hostname-override (or the hostname) the Node's name?", "node", klog.KRef("", name), "waited", d.nodeWaitTimeout)
+		case node == nil:
+			logger.Error(lastErr, "Timed out waiting for node", "node", klog.KRef("", name), "waited", d.nodeWaitTimeout)
+		default:
+			logger.Error(nil, "Timed out waiting for node to be assigned IPs", "node", klog.KRef("", name), "waited", d.nodeWaitTimeout)
+		}
+	}
+	if !needPodCIDRs || node != nil && len(node.Spec.PodCIDRs) > 0 {
+		return node, nil
+	}
+	hasPodCIDRs := func(n *v1.Node) bool { return len(n.Spec.PodCIDRs) > 0 }
+	if err := wait.PollUntilContextTimeout(ctx, d.nodePoll, d.podCIDRTimeout, true, poll(hasPodCIDRs)); err != nil {
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("waiting for node %q: %w", name, ctx.Err())
+		}
+		if node == nil {
+			return nil, fmt.Errorf("detectLocalMode is NodeCIDR and node %q does not exist (waited %s): is --hostname-override (or the hostname) the Node's name?", name, d.nodeWaitTimeout+d.podCIDRTimeout)
+		}
+		return nil, fmt.Errorf("detectLocalMode is NodeCIDR and node %q has no spec.podCIDRs (waited %s)", name, d.podCIDRTimeout)
 	}
 	return node, nil
 }
@@ -228,8 +264,12 @@ func waitForNode(ctx context.Context, client clientset.Interface, name string, p
 func detectNodeIPs(logger klog.Logger, node *v1.Node, bindAddress string) (v1.IPFamily, map[v1.IPFamily]net.IP) {
 	ips := map[v1.IPFamily]net.IP{}
 	var primary v1.IPFamily
+	var addrs []v1.NodeAddress
+	if node != nil {
+		addrs = node.Status.Addresses
+	}
 	for _, addrType := range []v1.NodeAddressType{v1.NodeInternalIP, v1.NodeExternalIP} {
-		for _, a := range node.Status.Addresses {
+		for _, a := range addrs {
 			if a.Type != addrType {
 				continue
 			}

@@ -321,6 +321,7 @@ func newTestEnv(t *testing.T, objects ...runtime.Object) *testEnv {
 		kernel:          k,
 		familySupported: func(v1.IPFamily) bool { return true },
 		nodeWaitTimeout: 2 * time.Second,
+		podCIDRTimeout:  2 * time.Second,
 		nodePoll:        10 * time.Millisecond,
 		newProvider: func(ctx context.Context, s *ProxyServer) (proxy.Provider, error) {
 			env.provider = newFakeProvider(ctx)
@@ -410,14 +411,37 @@ func TestNewProxyServer(t *testing.T) {
 	}
 }
 
-func TestNewProxyServerErrors(t *testing.T) {
+// TestNewProxyServerWithoutNode: as upstream, a missing Node (or one without
+// addresses) is logged and the node IP falls back to loopback, except in
+// detectLocalMode NodeCIDR, which needs the Node's podCIDRs and fails after waiting.
+func TestNewProxyServerWithoutNode(t *testing.T) {
 	env := newTestEnv(t) // no Node object
 	env.deps.nodeWaitTimeout = 100 * time.Millisecond
-	_, err := newProxyServer(context.Background(), testOptions(t, nil), env.deps)
-	if err == nil || !strings.Contains(err.Error(), `node "node-a" not found`) || !strings.Contains(err.Error(), "hostname-override") {
-		t.Errorf("missing node: %v", err)
+	env.deps.podCIDRTimeout = 100 * time.Millisecond
+	s, err := newProxyServer(context.Background(), testOptions(t, nil), env.deps)
+	if err != nil {
+		t.Fatalf("missing node: %v, want loopback fallback", err)
+	}
+	if s.Node != nil || s.PrimaryIPFamily != v1.IPv4Protocol || !s.NodeIPs[v1.IPv4Protocol].Equal(net.IPv4(127, 0, 0, 1)) {
+		t.Errorf("missing node: node %v, primary %s, node IPs %v; want nil, IPv4, 127.0.0.1", s.Node, s.PrimaryIPFamily, s.NodeIPs)
 	}
 
+	nodeCIDR := func(c *v1alpha1.KubeProxyConfiguration) { c.DetectLocalMode = "NodeCIDR" }
+	_, err = newProxyServer(context.Background(), testOptions(t, nodeCIDR), env.deps)
+	if err == nil || !strings.Contains(err.Error(), `node "node-a" does not exist`) || !strings.Contains(err.Error(), "hostname-override") {
+		t.Errorf("NodeCIDR mode, missing node: %v", err)
+	}
+
+	// A Node without podCIDRs in NodeCIDR mode.
+	env = newTestEnv(t, &v1.Node{
+		ObjectMeta: metav1.ObjectMeta{Name: "node-a"},
+		Status:     v1.NodeStatus{Addresses: []v1.NodeAddress{{Type: v1.NodeInternalIP, Address: "192.168.0.10"}}},
+	})
+	env.deps.podCIDRTimeout = 100 * time.Millisecond
+	_, err = newProxyServer(context.Background(), testOptions(t, nodeCIDR), env.deps)
+	if err == nil || !strings.Contains(err.Error(), "no spec.podCIDRs") {
+		t.Errorf("NodeCIDR mode, node without podCIDRs: %v", err)
+	}
 }
 
 // TestIntegrationCreateProxierWithoutIPVS: on a kernel without IPVS (this host; run
