@@ -203,18 +203,13 @@ func (b *servicePortBuilder) ipsOfFamily(field string, ips []string) []net.IP {
 	return out
 }
 
-// loadBalancerSourceRanges reads spec.loadBalancerSourceRanges, falling back to the
-// legacy annotation when the field is empty. Validation used to allow whitespace
-// around the values, so it is trimmed.
+// loadBalancerSourceRanges reads spec.loadBalancerSourceRanges. Like upstream
+// kube-proxy it ignores the legacy service.beta.kubernetes.io/load-balancer-source-ranges
+// annotation, which only cloud load balancers honour. Validation used to allow
+// whitespace around the values, so they are trimmed.
 func (b *servicePortBuilder) loadBalancerSourceRanges() []*net.IPNet {
 	field := "loadBalancerSourceRanges"
 	ranges := b.svc.Spec.LoadBalancerSourceRanges
-	if len(ranges) == 0 {
-		if val := strings.TrimSpace(b.svc.Annotations[v1.AnnotationLoadBalancerSourceRangesKey]); val != "" {
-			field = "annotation " + v1.AnnotationLoadBalancerSourceRangesKey
-			ranges = strings.Split(val, ",")
-		}
-	}
 	var out []*net.IPNet
 	seen := sets.New[string]()
 	for _, s := range ranges {

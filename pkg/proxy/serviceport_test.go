@@ -291,20 +291,14 @@ func TestServiceToServicePorts(t *testing.T) {
 			events: []string{`Warning KubeProxyInvalidValue loadBalancerSourceRanges "bogus/99" ignored by kube-proxy: invalid CIDR`},
 		},
 		{
-			name: "source ranges from the annotation when the field is empty, IPv6",
-			svc: makeService("a", svcType(v1.ServiceTypeLoadBalancer), clusterIPs("10.0.0.1", "fd00:10::1"), func(s *v1.Service) {
-				s.Annotations = map[string]string{v1.AnnotationLoadBalancerSourceRangesKey: "203.0.113.0/24, 2001:db8:113::/64 ,"}
-			}),
-			family: v1.IPv6Protocol,
-			want:   "ns/a:p/TCP [fd00:10::1]:80/TCP sourceRanges=2001:db8:113::/64",
-		},
-		{
-			name: "source ranges from the annotation, IPv4",
+			// Upstream kube-proxy reads only the field; the legacy annotation is for
+			// cloud load balancers.
+			name: "source-ranges annotation alone is not a firewall",
 			svc: makeService("a", svcType(v1.ServiceTypeLoadBalancer), func(s *v1.Service) {
-				s.Annotations = map[string]string{v1.AnnotationLoadBalancerSourceRangesKey: "203.0.113.0/24, 2001:db8:113::/64 ,"}
+				s.Annotations = map[string]string{v1.AnnotationLoadBalancerSourceRangesKey: "203.0.113.0/24"}
 			}),
 			family: v1.IPv4Protocol,
-			want:   "ns/a:p/TCP 10.0.0.1:80/TCP sourceRanges=203.0.113.0/24",
+			want:   "ns/a:p/TCP 10.0.0.1:80/TCP",
 		},
 		{
 			name: "source range host bits are masked",
