@@ -87,15 +87,48 @@ func CreateServiceWith(ctx context.Context, c kubernetes.Interface, ns, name str
 	return out, nil
 }
 
-// Endpoint is one ready endpoint (a pod) of a Service.
+// Endpoint is one endpoint (a pod) of a Service: ready and on this node
+// unless the optional fields say otherwise.
 type Endpoint struct {
 	PodName string
 	IP      string
+
+	Node        string   // "" = this node (NodeName)
+	Zone        string   // the endpoint's zone, if any
+	ZoneHints   []string // topology hints (forZones)
+	Terminating bool     // terminating: not ready, serving unless NotServing
+	NotServing  bool     // with Terminating: a terminating pod past its readiness
+}
+
+// discoveryEndpoint is what the endpointslice controller writes for e.
+func discoveryEndpoint(ns string, e Endpoint) discoveryv1.Endpoint {
+	node := e.Node
+	if node == "" {
+		node = NodeName
+	}
+	ready := !e.Terminating
+	serving := !e.Terminating || !e.NotServing
+	out := discoveryv1.Endpoint{
+		Addresses:  []string{e.IP},
+		Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(ready), Serving: ptr.To(serving), Terminating: ptr.To(e.Terminating)},
+		NodeName:   ptr.To(node),
+		TargetRef:  &corev1.ObjectReference{Kind: "Pod", Namespace: ns, Name: e.PodName},
+	}
+	if e.Zone != "" {
+		out.Zone = ptr.To(e.Zone)
+	}
+	if len(e.ZoneHints) > 0 {
+		out.Hints = &discoveryv1.EndpointHints{}
+		for _, z := range e.ZoneHints {
+			out.Hints.ForZones = append(out.Hints.ForZones, discoveryv1.ForZone{Name: z})
+		}
+	}
+	return out
 }
 
 // CreateEndpointSlice writes the EndpointSlice the endpointslice controller
-// would have written for svc (there is no controller manager): one ready
-// endpoint per pod on this node, every Service port mapped to 8080.
+// would have written for svc (there is no controller manager): one
+// entry per endpoint, every Service port mapped to 8080.
 func CreateEndpointSlice(ctx context.Context, c kubernetes.Interface, svc *corev1.Service, eps ...Endpoint) (*discoveryv1.EndpointSlice, error) {
 	slice := &discoveryv1.EndpointSlice{
 		ObjectMeta: metav1.ObjectMeta{
@@ -114,12 +147,7 @@ func CreateEndpointSlice(ctx context.Context, c kubernetes.Interface, svc *corev
 		})
 	}
 	for _, e := range eps {
-		slice.Endpoints = append(slice.Endpoints, discoveryv1.Endpoint{
-			Addresses:  []string{e.IP},
-			Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true), Serving: ptr.To(true), Terminating: ptr.To(false)},
-			NodeName:   ptr.To(NodeName),
-			TargetRef:  &corev1.ObjectReference{Kind: "Pod", Namespace: svc.Namespace, Name: e.PodName},
-		})
+		slice.Endpoints = append(slice.Endpoints, discoveryEndpoint(svc.Namespace, e))
 	}
 	out, err := c.DiscoveryV1().EndpointSlices(svc.Namespace).Create(ctx, slice, metav1.CreateOptions{})
 	if err != nil {
@@ -138,12 +166,7 @@ func SetEndpoints(ctx context.Context, c kubernetes.Interface, svc *corev1.Servi
 	}
 	slice.Endpoints = nil
 	for _, e := range eps {
-		slice.Endpoints = append(slice.Endpoints, discoveryv1.Endpoint{
-			Addresses:  []string{e.IP},
-			Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true), Serving: ptr.To(true), Terminating: ptr.To(false)},
-			NodeName:   ptr.To(NodeName),
-			TargetRef:  &corev1.ObjectReference{Kind: "Pod", Namespace: svc.Namespace, Name: e.PodName},
-		})
+		slice.Endpoints = append(slice.Endpoints, discoveryEndpoint(svc.Namespace, e))
 	}
 	if _, err := c.DiscoveryV1().EndpointSlices(svc.Namespace).Update(ctx, slice, metav1.UpdateOptions{}); err != nil {
 		return fmt.Errorf("updating EndpointSlice %s/%s: %w", svc.Namespace, name, err)
@@ -206,7 +229,7 @@ func CountAnswers(out string) (map[string]int, int) {
 	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
 		f := strings.Fields(line)
 		switch {
-		case len(f) == 0:
+		case len(f) == 0, f[0] == "SUMMARY":
 		case f[0] == "ERROR":
 			errs++
 		default:

@@ -37,6 +37,7 @@ type ControlPlane struct {
 	Dir        string // data dir (on /dev/shm) with the logs
 
 	etcd, apiserver *exec.Cmd
+	apiserverArgv   []string
 	logf            Logf
 }
 
@@ -109,24 +110,25 @@ func StartControlPlane(ctx context.Context, root string, logf Logf) (*ControlPla
 	if cp.Port, err = freePort(); err != nil {
 		return nil, err
 	}
-	cp.apiserver, err = startLogged(filepath.Join(dir, "apiserver.log"), filepath.Join(binDir, "kube-apiserver"),
+	cp.apiserverArgv = []string{filepath.Join(binDir, "kube-apiserver"),
 		"--bind-address=127.0.0.1", "--advertise-address=127.0.0.1",
 		fmt.Sprintf("--secure-port=%d", cp.Port),
-		"--etcd-servers="+etcdURL,
-		"--cert-dir="+filepath.Join(dir, "certs"),
-		"--tls-cert-file="+p.path("server.crt"), "--tls-private-key-file="+p.path("server.key"),
-		"--token-auth-file="+filepath.Join(dir, "tokens.csv"),
+		"--etcd-servers=" + etcdURL,
+		"--cert-dir=" + filepath.Join(dir, "certs"),
+		"--tls-cert-file=" + p.path("server.crt"), "--tls-private-key-file=" + p.path("server.key"),
+		"--token-auth-file=" + filepath.Join(dir, "tokens.csv"),
 		"--authorization-mode=Node,RBAC",
 		"--service-account-issuer=https://kubernetes.default.svc",
-		"--service-account-key-file="+p.path("sa.pub"),
-		"--service-account-signing-key-file="+p.path("sa.key"),
+		"--service-account-key-file=" + p.path("sa.pub"),
+		"--service-account-signing-key-file=" + p.path("sa.key"),
 		"--service-cluster-ip-range=10.96.0.0/16",
 		"--service-node-port-range=30000-32767",
 		"--endpoint-reconciler-type=none",
 		// kube-proxy's DaemonSet is privileged, as in every real cluster.
 		"--allow-privileged=true",
 		"--enable-priority-and-fairness=false",
-		"--v=1")
+		"--v=1"}
+	cp.apiserver, err = startLogged(filepath.Join(dir, "apiserver.log"), cp.apiserverArgv...)
 	if err != nil {
 		return nil, fmt.Errorf("starting kube-apiserver: %w", err)
 	}
@@ -220,6 +222,25 @@ func (cp *ControlPlane) Stop() {
 	} else if cp.logf != nil {
 		cp.logf("control plane logs kept in %s", cp.Dir)
 	}
+}
+
+// StopAPIServer stops kube-apiserver (etcd keeps running), as an apiserver
+// outage or upgrade does.
+func (cp *ControlPlane) StopAPIServer() {
+	stopProcess(cp.apiserver, 15*time.Second)
+}
+
+// StartAPIServer starts kube-apiserver again with the same flags, port and
+// data after StopAPIServer, and waits until it is ready.
+func (cp *ControlPlane) StartAPIServer(ctx context.Context) error {
+	if cp.apiserver != nil && cp.apiserver.ProcessState == nil {
+		return fmt.Errorf("kube-apiserver (pid %d) is still running", cp.apiserver.Process.Pid)
+	}
+	var err error
+	if cp.apiserver, err = startLogged(filepath.Join(cp.Dir, "apiserver.log"), cp.apiserverArgv...); err != nil {
+		return fmt.Errorf("restarting kube-apiserver: %w", err)
+	}
+	return cp.waitReady(ctx, 3*time.Minute)
 }
 
 // LogTail returns the last lines of the apiserver log.

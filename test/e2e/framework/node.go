@@ -32,13 +32,13 @@ type Pod struct {
 }
 
 // AddPod creates a pod namespace with ip and starts its server on port 8080
-// (TCP and UDP), then waits until the node can reach it directly.
+// (TCP, UDP and SCTP), then waits until the node can reach it directly.
 func (n *Node) AddPod(ctx context.Context, name, ip string) (*Pod, error) {
 	if _, err := n.VM.Sh(ctx, fmt.Sprintf("bash /kpi/scripts/pod.sh add %s %s", name, ip)); err != nil {
 		return nil, fmt.Errorf("creating pod %s: %w", name, err)
 	}
 	pid, err := n.VM.Start(ctx, "/tmp/pod-"+name+".log", "ip", "netns", "exec", name,
-		"/kpi/bin/e2e-agent", "serve", "--name", name, "--port", "8080")
+		"/kpi/bin/e2e-agent", "serve", "--name", name, "--port", "8080", "--sctp")
 	if err != nil {
 		return nil, err
 	}

@@ -2,7 +2,11 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
+	"io"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -147,3 +151,37 @@ func TestServeAndClientTCPAndUDP(t *testing.T) {
 }
 
 func itoa(i int) string { return strconv.Itoa(i) }
+
+func TestGetPrintsStatusAndBody(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusServiceUnavailable)
+		fmt.Fprint(w, `{"localEndpoints": 0}`)
+	}))
+	defer srv.Close()
+	out := captureStdout(t, func() {
+		if err := runGet([]string{"--url", srv.URL}); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if out != "STATUS 503\n{\"localEndpoints\": 0}\n" {
+		t.Fatalf("get printed %q", out)
+	}
+	if err := runGet([]string{"--url", "http://127.0.0.1:1/", "--timeout", "500ms"}); err == nil {
+		t.Fatal("get against a closed port must fail")
+	}
+}
+
+func captureStdout(t *testing.T, f func()) string {
+	t.Helper()
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := os.Stdout
+	os.Stdout = w
+	defer func() { os.Stdout = old }()
+	f()
+	w.Close()
+	b, _ := io.ReadAll(r)
+	return string(b)
+}

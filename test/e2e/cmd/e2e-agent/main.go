@@ -1,12 +1,15 @@
 // Command e2e-agent is the single static binary the end-to-end tests put in
-// the VM. It has three roles:
+// the VM. It has four roles:
 //
 //	e2e-agent agent --connect 10.0.2.101:7000
 //	    control channel: dials the host and runs its requests (see agentproto);
 //	e2e-agent serve --name pod-a --port 8080
 //	    a test "pod": answers "NAME from=CLIENT" over TCP and UDP on the port;
 //	e2e-agent client --proto tcp --addr 10.96.0.10:80 --count 6
-//	    connects COUNT times and prints one answer (or ERROR line) per attempt.
+//	    connects COUNT times and prints one answer (or ERROR line) per attempt
+//	    (tcp, udp or sctp; --count 0: until SIGTERM, then a SUMMARY line);
+//	e2e-agent get --url http://10.0.2.15:30001/
+//	    prints "STATUS <code>" and the body (health check node ports).
 package main
 
 import (
@@ -16,7 +19,7 @@ import (
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: e2e-agent agent|serve|client [flags]")
+		fmt.Fprintln(os.Stderr, "usage: e2e-agent agent|serve|client|get [flags]")
 		os.Exit(2)
 	}
 	var err error
@@ -27,6 +30,8 @@ func main() {
 		err = runServe(os.Args[2:])
 	case "client":
 		err = runClient(os.Args[2:])
+	case "get":
+		err = runGet(os.Args[2:])
 	default:
 		err = fmt.Errorf("unknown role %q", os.Args[1])
 	}

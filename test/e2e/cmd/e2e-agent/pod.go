@@ -7,7 +7,10 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"os/signal"
 	"strings"
+	"sync/atomic"
+	"syscall"
 	"time"
 )
 
@@ -19,6 +22,7 @@ func runServe(args []string) error {
 	name := fs.String("name", "", "name to answer with (default: hostname)")
 	port := fs.Int("port", 8080, "TCP and UDP port")
 	host := fs.String("host", "", "address to listen on (default: all of the pod's)")
+	sctp := fs.Bool("sctp", false, "answer SCTP associations on the port too")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -35,7 +39,14 @@ func runServe(args []string) error {
 	if err != nil {
 		return err
 	}
-	errc := make(chan error, 2)
+	errc := make(chan error, 3)
+	if *sctp {
+		fd, err := listenSCTP(*host, *port)
+		if err != nil {
+			return err
+		}
+		go func() { errc <- serveSCTP(fd, *name) }()
+	}
 	go func() {
 		for {
 			c, err := ln.Accept()
@@ -65,11 +76,13 @@ func runServe(args []string) error {
 
 // runClient connects --count times and prints one line per attempt: the
 // server's answer, or "ERROR <reason>". It exits non-zero if any attempt failed.
+// With --count 0 it runs until SIGTERM or SIGINT (a load generator) and ends
+// with "SUMMARY ok=N errors=N".
 func runClient(args []string) error {
 	fs := flag.NewFlagSet("client", flag.ContinueOnError)
-	proto := fs.String("proto", "tcp", "tcp or udp")
+	proto := fs.String("proto", "tcp", "tcp, udp or sctp")
 	addr := fs.String("addr", "", "VIP:PORT to connect to")
-	count := fs.Int("count", 1, "number of connections")
+	count := fs.Int("count", 1, "number of connections (0: until SIGTERM)")
 	timeout := fs.Duration("timeout", 2*time.Second, "per-attempt timeout")
 	interval := fs.Duration("interval", 0, "pause between attempts")
 	if err := fs.Parse(args); err != nil {
@@ -78,8 +91,15 @@ func runClient(args []string) error {
 	if *addr == "" {
 		return errors.New("client: --addr is required")
 	}
-	failed := 0
-	for i := 0; i < *count; i++ {
+	var stop atomic.Bool
+	if *count == 0 {
+		sigs := make(chan os.Signal, 1)
+		signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
+		go func() { <-sigs; stop.Store(true) }()
+	}
+	failed, done := 0, 0
+	for i := 0; (*count == 0 && !stop.Load()) || i < *count; i++ {
+		done++
 		line, err := attempt(*proto, *addr, *timeout)
 		if err != nil {
 			failed++
@@ -91,13 +111,19 @@ func runClient(args []string) error {
 			time.Sleep(*interval)
 		}
 	}
+	if *count == 0 {
+		fmt.Printf("SUMMARY ok=%d errors=%d\n", done-failed, failed)
+	}
 	if failed > 0 {
-		return fmt.Errorf("%d of %d attempts to %s/%s failed", failed, *count, *addr, *proto)
+		return fmt.Errorf("%d of %d attempts to %s/%s failed", failed, done, *addr, *proto)
 	}
 	return nil
 }
 
 func attempt(proto, addr string, timeout time.Duration) (string, error) {
+	if proto == "sctp" {
+		return attemptSCTP(addr, timeout)
+	}
 	c, err := net.DialTimeout(proto, addr, timeout)
 	if err != nil {
 		return "", err
