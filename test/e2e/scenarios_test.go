@@ -5,6 +5,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -103,7 +104,7 @@ func TestClusterIPUDP(t *testing.T) {
 
 // TestNodePortFromNode: a NodePort Service gets an IPVS virtual server on the
 // node's address and port, the port is in KUBE-NODE-PORT-TCP, and connections
-// from the node to NodeIP:nodePort reach both pods.
+// from the node, and from a pod, to NodeIP:nodePort reach both pods.
 func TestNodePortFromNode(t *testing.T) {
 	requireKubeProxy(t)
 	dumpOnFailure(t)
@@ -120,6 +121,9 @@ func TestNodePortFromNode(t *testing.T) {
 	waitRealServers(t, ctx, "TCP", svc.Spec.ClusterIP+":80", masq(pods))
 	guest(t, ctx, fmt.Sprintf("ipset list KUBE-NODE-PORT-TCP | grep -qx '%d'", nodePort))
 	expectAnswers(t, ctx, "", "tcp", addr, 4, map[string]int{"np-a": 2, "np-b": 2})
+	// From a pod that is not an endpoint: pod -> NodeIP:nodePort -> both pods.
+	client := addPods(t, ctx, "npc", 49, 1)[0]
+	expectAnswers(t, ctx, client.Name, "tcp", addr, 4, map[string]int{"np-a": 2, "np-b": 2})
 }
 
 // TestServiceDeletionLeavesNothing: deleting a Service (and its slice) removes
@@ -331,11 +335,13 @@ func TestLoadBalancerIngressIP(t *testing.T) {
 	expectAnswers(t, ctx, "", "tcp", "10.0.2.60:80", 4, map[string]int{"lb-a": 2, "lb-b": 2})
 }
 
-// TestKubeProxyRestartKeepsServices (runs last: it restarts the daemon):
-// stopping kube-proxy leaves the data path in place (Services keep
-// answering), and a restarted kube-proxy adopts the existing state without
-// duplicating or dropping real servers, then handles new changes.
-func TestKubeProxyRestartKeepsServices(t *testing.T) {
+// TestKubeProxyRestartUnderLoad (runs last but the cleanups: it restarts the
+// daemon): with a client connecting every 20 ms, kube-proxy is stopped (the
+// data path stays: Services keep answering) and started again; the new
+// process adopts the existing state (the virtual server is never recreated:
+// its connection counter keeps counting), not one connection fails, and new
+// changes are applied.
+func TestKubeProxyRestartUnderLoad(t *testing.T) {
 	requireKubeProxy(t)
 	dumpOnFailure(t)
 	ctx := context.Background()
@@ -345,21 +351,50 @@ func TestKubeProxyRestartKeepsServices(t *testing.T) {
 	vip := svc.Spec.ClusterIP + ":80"
 	waitRealServers(t, ctx, "TCP", vip, masq(pods))
 
+	l := startLoad(t, ctx, "", "tcp", vip, 20*time.Millisecond)
+	time.Sleep(8 * time.Second)
+	before := vsConnections(t, ctx, vip)
 	if err := node.StopKubeProxy(ctx); err != nil {
 		t.Fatal(err)
 	}
-	expectAnswers(t, ctx, "", "tcp", vip, 2, map[string]int{"rs-a": 1, "rs-b": 1})
-
+	time.Sleep(3 * time.Second) // no kube-proxy at all for a while
 	if err := node.StartKubeProxy(ctx, cp, framework.KubeProxyConfig("")); err != nil {
 		t.Fatal(err)
 	}
 	if err := node.WaitKubeProxyReady(ctx, 90*time.Second); err != nil {
 		t.Fatal(err)
 	}
+	err := framework.Eventually(ctx, 90*time.Second, time.Second, func(ctx context.Context) error {
+		out, err := vm.Sh(ctx, `timeout 5 wget -q -O - http://127.0.0.1:10249/metrics | awk '$1=="kubeproxy_sync_proxy_rules_duration_seconds_count{ip_family=\"IPv4\"}" {print $2}'`)
+		if err != nil {
+			return err
+		}
+		if n, _ := strconv.Atoi(strings.TrimSpace(out)); n < 1 {
+			return fmt.Errorf("the restarted kube-proxy has not synced yet (sync count %q)", strings.TrimSpace(out))
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	after := vsConnections(t, ctx, vip)
+	t.Logf("virtual server %s: %d connections before the restart, %d after the first sync of the new process", vip, before, after)
+	if after <= before {
+		t.Errorf("the connection counter of %s went from %d to %d: the restarted kube-proxy recreated the virtual server instead of adopting it", vip, before, after)
+	}
+	time.Sleep(2 * time.Second)
+	got, errs, errLines := l.stop(t, ctx)
+	if errs != 0 {
+		t.Fatalf("%d connections failed across the restart:\n%s", errs, strings.Join(errLines, "\n"))
+	}
+	if got["rs-a"] == 0 || got["rs-b"] == 0 {
+		t.Errorf("both pods must answer during the restart: %v", got)
+	}
+
 	if err := framework.SetEndpoints(ctx, cp.Client, svc, endpoints(pods[:1])...); err != nil {
 		t.Fatal(err)
 	}
-	err := framework.Eventually(ctx, 60*time.Second, time.Second, func(ctx context.Context) error {
+	err = framework.Eventually(ctx, 60*time.Second, time.Second, func(ctx context.Context) error {
 		out, err := node.Client(ctx, "tcp", vip, 2)
 		if err != nil {
 			return err
@@ -374,7 +409,19 @@ func TestKubeProxyRestartKeepsServices(t *testing.T) {
 	}
 }
 
-// TestCleanupLeavesNothing (runs after the restart scenario, last): `kube-proxy
+// vsConnections is the total connection counter IPVS keeps for a TCP virtual
+// server (it restarts from 0 if the virtual server is deleted and re-added).
+func vsConnections(t *testing.T, ctx context.Context, vip string) int {
+	t.Helper()
+	out := guest(t, ctx, "ipvsadm -Ln --stats --exact -t "+vip+" | awk '$1==\"TCP\" {print $3}'")
+	n, err := strconv.Atoi(strings.TrimSpace(out))
+	if err != nil {
+		t.Fatalf("connection counter of %s: %q", vip, out)
+	}
+	return n
+}
+
+// TestCleanupLeavesNothing (runs after the restart scenario): `kube-proxy
 // --cleanup` on a node where it ran removes kube-ipvs0, every IPVS virtual
 // server, the KUBE-* ipsets and the KUBE-* iptables chains.
 func TestCleanupLeavesNothing(t *testing.T) {
@@ -384,13 +431,7 @@ func TestCleanupLeavesNothing(t *testing.T) {
 	if err := node.StopKubeProxy(ctx); err != nil {
 		t.Fatal(err)
 	}
-	r, err := vm.Exec(ctx, "/kpi/bin/kube-proxy", "--cleanup", "--config=/kpi/kube-proxy/config.yaml", "--v=2")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if r.ExitCode != 0 {
-		t.Fatalf("kube-proxy --cleanup exited %d:\n%s%s", r.ExitCode, r.Stdout, r.Stderr)
-	}
+	runCleanup(t, ctx)
 	out := guest(t, ctx, `ip link show kube-ipvs0 2>/dev/null | head -1
 ipvsadm -Ln | awk 'NR>3'
 ipset list -n | grep '^KUBE-' || true
@@ -398,4 +439,59 @@ iptables-save | grep -E '^:KUBE-|-j KUBE-' || true`)
 	if strings.TrimSpace(out) != "" {
 		t.Fatalf("left behind after kube-proxy --cleanup:\n%s", out)
 	}
+}
+
+// TestCleanupUpstreamIPVSState (runs last, after TestCleanupLeavesNothing
+// stopped our daemon): a node switched over from upstream kube-proxy in ipvs
+// mode carries its kube-ipvs0, virtual servers, ipsets (both families) and
+// iptables/ip6tables chains, plus iptables-mode leftovers; `kube-proxy
+// --cleanup` removes all of it but leaves kubelet's KUBE- chains, a foreign
+// chain and a foreign virtual server alone.
+func TestCleanupUpstreamIPVSState(t *testing.T) {
+	dumpOnFailure(t)
+	ctx := context.Background()
+	if node.KubeProxyRunning(ctx) {
+		if err := node.StopKubeProxy(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	runCleanup(t, ctx) // a node with upstream's state only (already clean in a full run)
+	guest(t, ctx, "bash /kpi/scripts/upstream-ipvs-state.sh")
+	before := guest(t, ctx, "ipvsadm -Ln | grep -c -E '^(TCP|UDP)'; ipset list -n | grep -c '^KUBE-'; iptables-save | grep -c '^:KUBE-'")
+	t.Logf("upstream state before --cleanup (virtual servers, KUBE ipsets, KUBE chains): %s", strings.Join(strings.Fields(before), " "))
+	runCleanup(t, ctx)
+	out := guest(t, ctx, `ip link show kube-ipvs0 2>/dev/null | head -1
+ipvsadm -Ln | awk '$1=="TCP"||$1=="UDP"' | grep -v -w '10.0.2.70:9999' || true
+ipset list -n | grep '^KUBE-' || true
+iptables-save | grep -E '^:KUBE-|-j KUBE-' | grep -v -E 'KUBE-(FIREWALL|KUBELET-CANARY)( |$)' || true
+ip6tables-save | grep -E '^:KUBE-|-j KUBE-' || true`)
+	if strings.TrimSpace(out) != "" {
+		t.Fatalf("upstream ipvs-mode state left behind after kube-proxy --cleanup:\n%s", out)
+	}
+	kept := guest(t, ctx, `ipvsadm -Ln -t 10.0.2.70:9999 >/dev/null && echo foreign-vs
+iptables -S INPUT | grep -q -- '-j E2E-FOREIGN' && iptables -S E2E-FOREIGN | grep -q 9999 && echo foreign-chain
+iptables -S INPUT | grep -q -- '-j KUBE-FIREWALL' && iptables -S KUBE-FIREWALL | grep -q 'block incoming localnet' && echo kubelet-firewall
+iptables -t mangle -S KUBE-KUBELET-CANARY >/dev/null && echo kubelet-canary`)
+	if got := strings.Join(strings.Fields(kept), ","); got != "foreign-vs,foreign-chain,kubelet-firewall,kubelet-canary" {
+		t.Fatalf("--cleanup removed state that is not kube-proxy's: kept only %q of foreign-vs,foreign-chain,kubelet-firewall,kubelet-canary\n%s", got, node.KernelState(ctx))
+	}
+}
+
+// runCleanup runs `kube-proxy --cleanup` in the VM with the daemon's config
+// and fails t unless it exits 0.
+func runCleanup(t *testing.T, ctx context.Context) {
+	t.Helper()
+	// The daemon's config (written again: a scenario run alone may not have started it).
+	if err := vm.WriteFile(ctx, "/kpi/kube-proxy/cleanup.yaml", []byte(framework.KubeProxyConfig("")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r, err := vm.Exec(ctx, "/kpi/bin/kube-proxy", "--cleanup", "--config=/kpi/kube-proxy/cleanup.yaml", "--v=2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.ExitCode != 0 {
+		t.Fatalf("kube-proxy --cleanup exited %d:\n%s%s", r.ExitCode, r.Stdout, r.Stderr)
+	}
+	lines := strings.Split(strings.TrimSpace(r.Stderr), "\n")
+	t.Logf("kube-proxy --cleanup, last lines of its log:\n%s", strings.Join(lines[max(0, len(lines)-3):], "\n"))
 }
