@@ -24,6 +24,11 @@ echo ">> go vet ./..."
 if ! "$GO" vet ./...; then
 	status=1
 fi
+# The end-to-end and in-VM tests only build with their tags.
+echo ">> go vet -tags e2e,e2escale,vmtest ./..."
+if ! "$GO" vet -tags e2e,e2escale,vmtest ./...; then
+	status=1
+fi
 
 echo ">> staticcheck ${STATICCHECK_VERSION}"
 # `go run pkg@version` builds staticcheck from the module proxy into the build
