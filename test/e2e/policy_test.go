@@ -129,10 +129,7 @@ func ips(pods []*framework.Pod) []string {
 // the ClusterIP stays open to it. The kernel holds the KUBE-LOAD-BALANCER-FW
 // and KUBE-LOAD-BALANCER-SOURCE-CIDR entries.
 func TestLoadBalancerSourceRanges(t *testing.T) {
-	requireKubeProxy(t)
-	dumpOnFailure(t)
-	ctx := context.Background()
-	ns := newNamespace(t, ctx, "e2e-lbsr")
+	ctx, ns := scenario(t, "e2e-lbsr")
 	pods := addPods(t, ctx, "lbsr", 121, 3)
 	backend, allowed, denied := pods[0], pods[1], pods[2]
 	svc := createServiceWith(t, ctx, ns, "fw", corev1.ServiceTypeLoadBalancer,
@@ -163,10 +160,7 @@ func TestLoadBalancerSourceRanges(t *testing.T) {
 // kube-ipvs0 address, no ipset entry for it; the VIP-mode ingress IP of the
 // same Service is programmed.
 func TestLoadBalancerIPModeProxy(t *testing.T) {
-	requireKubeProxy(t)
-	dumpOnFailure(t)
-	ctx := context.Background()
-	ns := newNamespace(t, ctx, "e2e-ipmode")
+	ctx, ns := scenario(t, "e2e-ipmode")
 	pods := addPods(t, ctx, "ipm", 131, 1)
 	svc := createService(t, ctx, ns, "proxy-lb", corev1.ServiceTypeLoadBalancer, pods, framework.ServicePort{Name: "http", Protocol: corev1.ProtocolTCP, Port: 80})
 	svc.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{
@@ -211,10 +205,7 @@ func healthCheck(t *testing.T, ctx context.Context, port int32) (int, string) {
 // answers 200 with the local endpoint count, 503 once none is local (then the
 // node port falls back to the cluster endpoints, as upstream's ipvs mode).
 func TestExternalTrafficPolicyLocal(t *testing.T) {
-	requireKubeProxy(t)
-	dumpOnFailure(t)
-	ctx := context.Background()
-	ns := newNamespace(t, ctx, "e2e-etp-local")
+	ctx, ns := scenario(t, "e2e-etp-local")
 	pods := addPods(t, ctx, "etp", 141, 2)
 	remote := framework.Endpoint{PodName: "etp-remote", IP: "10.244.1.41", Node: otherNode}
 	eps := append(endpoints(pods), remote)
@@ -279,10 +270,7 @@ func TestExternalTrafficPolicyLocal(t *testing.T) {
 // ClusterIP only reaches this node's endpoints; with none local it has no
 // real server at all (never a remote one).
 func TestInternalTrafficPolicyLocal(t *testing.T) {
-	requireKubeProxy(t)
-	dumpOnFailure(t)
-	ctx := context.Background()
-	ns := newNamespace(t, ctx, "e2e-itp-local")
+	ctx, ns := scenario(t, "e2e-itp-local")
 	pods := addPods(t, ctx, "itp", 151, 1)
 	remote := framework.Endpoint{PodName: "itp-remote", IP: "10.244.1.51", Node: otherNode}
 	svc := createServiceWith(t, ctx, ns, "local", corev1.ServiceTypeClusterIP,
@@ -314,10 +302,7 @@ func TestInternalTrafficPolicyLocal(t *testing.T) {
 // are used (so a rolling update never drops the Service), and terminating
 // endpoints that stopped serving never are.
 func TestTerminatingEndpointFallback(t *testing.T) {
-	requireKubeProxy(t)
-	dumpOnFailure(t)
-	ctx := context.Background()
-	ns := newNamespace(t, ctx, "e2e-terminating")
+	ctx, ns := scenario(t, "e2e-terminating")
 	pods := addPods(t, ctx, "term", 161, 2)
 	a, b := endpoints(pods)[0], endpoints(pods)[1]
 	bTerm := b
@@ -349,10 +334,7 @@ func TestTerminatingEndpointFallback(t *testing.T) {
 // proxy (service.kubernetes.io/service-proxy-name) get nothing in the kernel;
 // removing the label makes the second one programmed.
 func TestIgnoredServices(t *testing.T) {
-	requireKubeProxy(t)
-	dumpOnFailure(t)
-	ctx := context.Background()
-	ns := newNamespace(t, ctx, "e2e-ignored")
+	ctx, ns := scenario(t, "e2e-ignored")
 	pods := addPods(t, ctx, "ign", 171, 1)
 	headless := createServiceWith(t, ctx, ns, "headless", corev1.ServiceTypeClusterIP,
 		func(s *corev1.Service) { s.Spec.ClusterIP = corev1.ClusterIPNone },
@@ -388,10 +370,7 @@ ipset list KUBE-NODE-PORT-TCP | grep -x '%[3]d' || true`, pods[0].IP, ip, nodePo
 // KUBE-CLUSTER-IP `ip,sctp:port` entry, and SCTP associations from the node
 // reach both pods in turn.
 func TestSCTP(t *testing.T) {
-	requireKubeProxy(t)
-	dumpOnFailure(t)
-	ctx := context.Background()
-	ns := newNamespace(t, ctx, "e2e-sctp")
+	ctx, ns := scenario(t, "e2e-sctp")
 	pods := addPods(t, ctx, "sctp", 181, 2)
 	// The pods answer SCTP on 8080 directly first: a broken testbed must not
 	// look like a kube-proxy bug.

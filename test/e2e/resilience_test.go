@@ -84,10 +84,7 @@ func (l *load) stop(t *testing.T, ctx context.Context) (map[string]int, int, []s
 // pod gone from the slice, old pod dead) while a client connects every 20 ms;
 // not one connection fails and the new pods take over.
 func TestRollingUpdateUnderLoad(t *testing.T) {
-	requireKubeProxy(t)
-	dumpOnFailure(t)
-	ctx := context.Background()
-	ns := newNamespace(t, ctx, "e2e-rolling")
+	ctx, ns := scenario(t, "e2e-rolling")
 	pods := addPods(t, ctx, "roll", 201, 4) // a, b serve first; c, d replace them
 	current := endpoints(pods[:2])
 	svc := createService(t, ctx, ns, "web", corev1.ServiceTypeClusterIP, pods[:2], framework.ServicePort{Name: "http", Protocol: corev1.ProtocolTCP, Port: 80})
@@ -154,10 +151,7 @@ func TestRollingUpdateUnderLoad(t *testing.T) {
 // and the data path keeps working across a periodic resync; when it comes
 // back the daemon resumes its watches and applies new changes.
 func TestAPIServerRestart(t *testing.T) {
-	requireKubeProxy(t)
-	dumpOnFailure(t)
-	ctx := context.Background()
-	ns := newNamespace(t, ctx, "e2e-apiserver")
+	ctx, ns := scenario(t, "e2e-apiserver")
 	pods := addPods(t, ctx, "apis", 211, 2)
 	svc := createService(t, ctx, ns, "web", corev1.ServiceTypeClusterIP, pods, framework.ServicePort{Name: "http", Protocol: corev1.ProtocolTCP, Port: 80})
 	vip := svc.Spec.ClusterIP + ":80"
@@ -217,10 +211,7 @@ func TestAPIServerRestart(t *testing.T) {
 // resync (syncPeriod 10 s, plus slack for the slow TCG VM), and the Service
 // answers again.
 func TestTamperingRepaired(t *testing.T) {
-	requireKubeProxy(t)
-	dumpOnFailure(t)
-	ctx := context.Background()
-	ns := newNamespace(t, ctx, "e2e-tamper")
+	ctx, ns := scenario(t, "e2e-tamper")
 	pods := addPods(t, ctx, "tamp", 221, 2)
 	svc := createService(t, ctx, ns, "web", corev1.ServiceTypeClusterIP, pods, framework.ServicePort{Name: "http", Protocol: corev1.ProtocolTCP, Port: 80})
 	ip := svc.Spec.ClusterIP

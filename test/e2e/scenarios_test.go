@@ -19,6 +19,17 @@ import (
 // Pod address blocks per scenario (10.244.0.X): harness 11-19, tcp-rr 21-29,
 // udp 31-39, nodeport 41-49, deletion 51-59.
 
+// scenario starts a scenario that needs our kube-proxy: it fails loudly when
+// the daemon is not running, dumps the kernel state if the test fails, and
+// creates the scenario's namespace.
+func scenario(t *testing.T, namespace string) (context.Context, string) {
+	t.Helper()
+	requireKubeProxy(t)
+	dumpOnFailure(t)
+	ctx := context.Background()
+	return ctx, newNamespace(t, ctx, namespace)
+}
+
 func newNamespace(t *testing.T, ctx context.Context, name string) string {
 	t.Helper()
 	if err := framework.CreateNamespace(ctx, cp.Client, name); err != nil {
@@ -58,10 +69,7 @@ func masq(pods []*framework.Pod) []string {
 // the VIP is bound to kube-ipvs0 and listed in the KUBE-CLUSTER-IP set, and
 // nine connections from the node are answered three times by each pod.
 func TestClusterIPTCPRoundRobin(t *testing.T) {
-	requireKubeProxy(t)
-	dumpOnFailure(t)
-	ctx := context.Background()
-	ns := newNamespace(t, ctx, "e2e-tcp-rr")
+	ctx, ns := scenario(t, "e2e-tcp-rr")
 	pods := addPods(t, ctx, "rr", 21, 3)
 	svc := createService(t, ctx, ns, "web", corev1.ServiceTypeClusterIP, pods, framework.ServicePort{Name: "http", Protocol: corev1.ProtocolTCP, Port: 80})
 	vip := svc.Spec.ClusterIP + ":80"
@@ -90,10 +98,7 @@ func TestClusterIPTCPRoundRobin(t *testing.T) {
 // TestClusterIPUDP: a UDP ClusterIP Service answers through IPVS, each new
 // client socket going to the next pod.
 func TestClusterIPUDP(t *testing.T) {
-	requireKubeProxy(t)
-	dumpOnFailure(t)
-	ctx := context.Background()
-	ns := newNamespace(t, ctx, "e2e-udp")
+	ctx, ns := scenario(t, "e2e-udp")
 	pods := addPods(t, ctx, "udp", 31, 2)
 	svc := createService(t, ctx, ns, "dns", corev1.ServiceTypeClusterIP, pods, framework.ServicePort{Name: "dns", Protocol: corev1.ProtocolUDP, Port: 53})
 	vip := svc.Spec.ClusterIP + ":53"
@@ -106,10 +111,7 @@ func TestClusterIPUDP(t *testing.T) {
 // node's address and port, the port is in KUBE-NODE-PORT-TCP, and connections
 // from the node, and from a pod, to NodeIP:nodePort reach both pods.
 func TestNodePortFromNode(t *testing.T) {
-	requireKubeProxy(t)
-	dumpOnFailure(t)
-	ctx := context.Background()
-	ns := newNamespace(t, ctx, "e2e-nodeport")
+	ctx, ns := scenario(t, "e2e-nodeport")
 	pods := addPods(t, ctx, "np", 41, 2)
 	svc := createService(t, ctx, ns, "web", corev1.ServiceTypeNodePort, pods, framework.ServicePort{Name: "http", Protocol: corev1.ProtocolTCP, Port: 80})
 	nodePort := svc.Spec.Ports[0].NodePort
@@ -130,10 +132,7 @@ func TestNodePortFromNode(t *testing.T) {
 // its virtual server, its kube-ipvs0 address and its ipset entry, and the VIP
 // stops answering.
 func TestServiceDeletionLeavesNothing(t *testing.T) {
-	requireKubeProxy(t)
-	dumpOnFailure(t)
-	ctx := context.Background()
-	ns := newNamespace(t, ctx, "e2e-delete")
+	ctx, ns := scenario(t, "e2e-delete")
 	pods := addPods(t, ctx, "del", 51, 2)
 	svc := createService(t, ctx, ns, "gone", corev1.ServiceTypeClusterIP, pods, framework.ServicePort{Name: "http", Protocol: corev1.ProtocolTCP, Port: 80})
 	ip := svc.Spec.ClusterIP
@@ -175,10 +174,7 @@ ipset list KUBE-CLUSTER-IP | grep '^%[1]s,' || true`, ip))
 // server persistent (timeout 10800 s by default) and every connection from
 // the node lands on the same pod.
 func TestSessionAffinityClientIP(t *testing.T) {
-	requireKubeProxy(t)
-	dumpOnFailure(t)
-	ctx := context.Background()
-	ns := newNamespace(t, ctx, "e2e-affinity")
+	ctx, ns := scenario(t, "e2e-affinity")
 	pods := addPods(t, ctx, "aff", 61, 3)
 	svc, err := framework.CreateServiceWith(ctx, cp.Client, ns, "sticky", corev1.ServiceTypeClusterIP,
 		func(s *corev1.Service) { s.Spec.SessionAffinity = corev1.ServiceAffinityClientIP },
@@ -209,10 +205,7 @@ func TestSessionAffinityClientIP(t *testing.T) {
 // goes (at once, or after draining with weight 0: graceful termination) and
 // new connections only reach the remaining pods.
 func TestEndpointRemoval(t *testing.T) {
-	requireKubeProxy(t)
-	dumpOnFailure(t)
-	ctx := context.Background()
-	ns := newNamespace(t, ctx, "e2e-scale")
+	ctx, ns := scenario(t, "e2e-scale")
 	pods := addPods(t, ctx, "sc", 71, 3)
 	svc := createService(t, ctx, ns, "web", corev1.ServiceTypeClusterIP, pods, framework.ServicePort{Name: "http", Protocol: corev1.ProtocolTCP, Port: 80})
 	vip := svc.Spec.ClusterIP + ":80"
@@ -246,10 +239,7 @@ func TestEndpointRemoval(t *testing.T) {
 // answers from the node. 10.0.2.50 is inside the VM's own subnet, so nothing
 // leaves the VM.
 func TestExternalIP(t *testing.T) {
-	requireKubeProxy(t)
-	dumpOnFailure(t)
-	ctx := context.Background()
-	ns := newNamespace(t, ctx, "e2e-extip")
+	ctx, ns := scenario(t, "e2e-extip")
 	pods := addPods(t, ctx, "ext", 81, 2)
 	svc, err := framework.CreateServiceWith(ctx, cp.Client, ns, "ext", corev1.ServiceTypeClusterIP,
 		func(s *corev1.Service) { s.Spec.ExternalIPs = []string{"10.0.2.50"} },
@@ -288,10 +278,7 @@ func TestHealthzAndMetrics(t *testing.T) {
 // a pod reaching itself through the VIP (hairpin) is masqueraded via the
 // KUBE-LOOP-BACK set, or the reply would never come back through IPVS.
 func TestPodToServiceSourceIP(t *testing.T) {
-	requireKubeProxy(t)
-	dumpOnFailure(t)
-	ctx := context.Background()
-	ns := newNamespace(t, ctx, "e2e-srcip")
+	ctx, ns := scenario(t, "e2e-srcip")
 	pods := addPods(t, ctx, "src", 101, 2)
 	svc := createService(t, ctx, ns, "only-b", corev1.ServiceTypeClusterIP, pods[1:], framework.ServicePort{Name: "http", Protocol: corev1.ProtocolTCP, Port: 80})
 	vip := svc.Spec.ClusterIP + ":80"
@@ -320,10 +307,7 @@ func TestPodToServiceSourceIP(t *testing.T) {
 // ingress IP gets a virtual server on it and a KUBE-LOAD-BALANCER member, and
 // answers there. 10.0.2.60 is in the VM's own subnet.
 func TestLoadBalancerIngressIP(t *testing.T) {
-	requireKubeProxy(t)
-	dumpOnFailure(t)
-	ctx := context.Background()
-	ns := newNamespace(t, ctx, "e2e-lb")
+	ctx, ns := scenario(t, "e2e-lb")
 	pods := addPods(t, ctx, "lb", 111, 2)
 	svc := createService(t, ctx, ns, "lb", corev1.ServiceTypeLoadBalancer, pods, framework.ServicePort{Name: "http", Protocol: corev1.ProtocolTCP, Port: 80})
 	svc.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: "10.0.2.60"}}
@@ -342,10 +326,7 @@ func TestLoadBalancerIngressIP(t *testing.T) {
 // its connection counter keeps counting), not one connection fails, and new
 // changes are applied.
 func TestKubeProxyRestartUnderLoad(t *testing.T) {
-	requireKubeProxy(t)
-	dumpOnFailure(t)
-	ctx := context.Background()
-	ns := newNamespace(t, ctx, "e2e-restart")
+	ctx, ns := scenario(t, "e2e-restart")
 	pods := addPods(t, ctx, "rs", 91, 2)
 	svc := createService(t, ctx, ns, "web", corev1.ServiceTypeClusterIP, pods, framework.ServicePort{Name: "http", Protocol: corev1.ProtocolTCP, Port: 80})
 	vip := svc.Spec.ClusterIP + ":80"
