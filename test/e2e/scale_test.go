@@ -12,6 +12,8 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"runtime"
 	"sort"
 	"strconv"
@@ -32,14 +34,14 @@ const (
 	scaleWorkers   = 8
 	// Start-up: kube-proxy start until every Service is in IPVS.
 	scaleProgramTimeout = 10 * time.Minute
-	scaleStartPoll      = "0.5" // s between two in-VM `ipvsadm -Ln` of the whole table
+	scaleStartPoll      = 200 * time.Millisecond // between two in-VM reads of every Service's real servers
 	// One-endpoint changes: API write until the new real server is in IPVS.
 	scaleChangeTimeout = 60 * time.Second
-	scaleChangePoll    = "0.02" // s between two in-VM `ipvsadm -Ln -t VIP`
+	scaleChangePoll    = 5 * time.Millisecond // between two in-VM reads of one virtual server
 	// Endpoint k of the run (Service i, endpoint j: k = 4i+j) is
 	// 10.244.(64+k/250).(1+k%250): 10.244.64.1 up to 10.244.127.250, a range
-	// no other scenario uses; the awk pattern below matches exactly it.
-	scaleRSPattern = `^10\.244\.(6[4-9]|[7-9][0-9]|1[01][0-9]|12[0-7])\.`
+	// no other scenario uses.
+	scaleWaiter = "/kpi/bin/e2e-ipvswait"
 )
 
 func scaleEndpointIP(i, j int) string {
@@ -90,33 +92,40 @@ func scaleMetrics(t *testing.T, ctx context.Context) string {
 	return strings.Join(parts, "; ")
 }
 
-// vmWait runs a blocking wait loop in the VM in the background; it touches
-// marker when it has started. The result arrives on the channel with the host
-// time the answer came back.
+// scaleWaitResult is what an in-VM e2e-ipvswait printed, with the host time
+// its answer came back.
 type scaleWaitResult struct {
 	out string
 	err error
 	at  time.Time
 }
 
-// scaleShellPrelude gives the in-VM wait loops a clock and a sleep that fork
-// nothing (under TCG every process start costs tens of milliseconds): now
-// sets NOW to the uptime in ms, nap S waits S seconds on a FIFO nobody writes.
-const scaleShellPrelude = `f=/tmp/scale-nap.$$; mkfifo $f && exec 9<>$f && rm $f || exit 2
-now() { local u r; read -r u r </proc/uptime; NOW=$(( 10#${u/./} * 10 )); }
-nap() { read -r -t "$1" -u 9 _ || :; }
-`
-
-func scaleVMWait(ctx context.Context, marker, script string) <-chan scaleWaitResult {
+// scaleVMWait runs e2e-ipvswait in the VM in the background; it creates
+// marker once it polls. Its result arrives on the channel.
+func scaleVMWait(ctx context.Context, marker string, args ...string) <-chan scaleWaitResult {
 	ch := make(chan scaleWaitResult, 1)
 	go func() {
-		out, err := vm.Sh(ctx, scaleShellPrelude+"rm -f "+marker+"\n"+script)
-		ch <- scaleWaitResult{out: out, err: err, at: time.Now()}
+		r, err := vm.Exec(ctx, append([]string{scaleWaiter, "-ready", marker}, args...)...)
+		if err == nil && r.ExitCode != 0 {
+			err = fmt.Errorf("e2e-ipvswait exited %d: %s", r.ExitCode, strings.TrimSpace(r.Stderr))
+		}
+		ch <- scaleWaitResult{out: r.Stdout, err: err, at: time.Now()}
 	}()
 	return ch
 }
 
-// waitMarker waits until a vmWait loop has touched its marker.
+// scalePolls parses e2e-ipvswait's "polls N MS" line.
+func scalePolls(out string) (polls, elapsedMs int) {
+	for _, line := range strings.Split(out, "\n") {
+		if f := strings.Fields(line); len(f) == 3 && f[0] == "polls" {
+			polls, _ = strconv.Atoi(f[1])
+			elapsedMs, _ = strconv.Atoi(f[2])
+		}
+	}
+	return polls, elapsedMs
+}
+
+// scaleWaitMarker waits until an e2e-ipvswait has created its marker.
 func scaleWaitMarker(t *testing.T, ctx context.Context, marker string) {
 	t.Helper()
 	err := framework.Eventually(ctx, 60*time.Second, 20*time.Millisecond, func(ctx context.Context) error {
@@ -151,8 +160,21 @@ func TestScaleVM(t *testing.T) {
 	if node.KubeProxyRunning(ctx) {
 		t.Fatal("a kube-proxy is already running in the VM: TestScaleVM starts its own and must run alone (-run TestScaleVM)")
 	}
-	if _, err := vm.Sh(ctx, scaleShellPrelude+"now; nap "+scaleChangePoll); err != nil {
-		t.Fatalf("the wait loops' shell prelude does not work in the VM: %v", err)
+	// The in-VM poller: one process polling netlink, as a shell loop around
+	// ipvsadm costs ~300 ms per iteration under TCG.
+	waiter := filepath.Join(t.TempDir(), "e2e-ipvswait")
+	build := exec.CommandContext(ctx, "go", "build", "-o", waiter, "./test/e2e/cmd/e2e-ipvswait")
+	build.Dir = repoRoot
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("building e2e-ipvswait: %v\n%s", err, out)
+	}
+	bin, err := os.ReadFile(waiter)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := vm.WriteFile(ctx, scaleWaiter, bin, 0o755); err != nil {
+		t.Fatal(err)
 	}
 	load0, _ := os.ReadFile("/proc/loadavg")
 	cpu, _ := vm.Sh(ctx, "awk -F': ' '/^model name/ {print $2; exit}' /proc/cpuinfo; nproc; awk '/^MemTotal/ {print int($2/1024)}' /proc/meminfo; uname -r")
@@ -205,24 +227,25 @@ func TestScaleVM(t *testing.T) {
 	created := time.Since(s)
 	logf("%d Services and %d EndpointSlices created in %s", nsvc, nsvc, scaleSecs(created))
 
-	// Start-up: the in-VM loop counts, every poll, the virtual servers that
-	// have real servers of this run, those that have all 4, and those real
-	// servers; it prints a line whenever the counts change.
+	// Start-up: the in-VM poller reads every Service's virtual server and
+	// counts those holding exactly their 4 real servers; it prints a line
+	// whenever the count changes.
+	var want strings.Builder
+	for i, b := range svcs {
+		want.WriteString("TCP/" + b.VIP())
+		for j := 0; j < scaleEndpoints; j++ {
+			want.WriteString(" " + scaleEndpointIP(i, j) + ":8080")
+		}
+		want.WriteString("\n")
+	}
+	if err := vm.WriteFile(ctx, "/tmp/scale-want.txt", []byte(want.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	startMarker := "/tmp/scale-start.started"
 	wctx, cancel := context.WithTimeout(ctx, scaleProgramTimeout+30*time.Second)
 	defer cancel()
-	done := scaleVMWait(wctx, startMarker, fmt.Sprintf(`now; t0=$NOW; last=; polls=0; pollms=0; touch %[1]s
-while :; do
-	now; p0=$NOW
-	s=$(ipvsadm -Ln | awk '$1=="TCP" {vs=$2; next} $1=="->" && $2 ~ /%[2]s/ {n[vs]++} END {v=0; f=0; r=0; for (k in n) {v++; r+=n[k]; if (n[k]==%[3]d) f++}; print v, f, r}')
-	now; p1=$NOW; polls=$((polls+1)); pollms=$((pollms+p1-p0))
-	if [ "$s" != "$last" ]; then echo "progress $((p1-t0)) $s"; last=$s; fi
-	set -- $s
-	[ "$2" -ge %[4]d ] && break
-	[ $((p1-t0)) -lt %[5]d ] || { echo "timeout: $s"; exit 1; }
-	nap %[6]s
-done
-echo "polls $polls $pollms"`, startMarker, scaleRSPattern, scaleEndpoints, nsvc, scaleProgramTimeout.Milliseconds(), scaleStartPoll))
+	done := scaleVMWait(wctx, startMarker, "-all", "/tmp/scale-want.txt",
+		"-interval", scaleStartPoll.String(), "-timeout", scaleProgramTimeout.String())
 	scaleWaitMarker(t, ctx, startMarker)
 
 	t.Cleanup(func() {
@@ -265,17 +288,12 @@ wait:
 		t.Fatalf("not every Service programmed %s after kube-proxy started: %v\n%s", scaleProgramTimeout, res.err, res.out)
 	}
 	var progress []string
-	polls, pollms := 0, 0
 	for _, line := range strings.Split(strings.TrimSpace(res.out), "\n") {
-		f := strings.Fields(line)
-		switch {
-		case len(f) == 5 && f[0] == "progress":
-			progress = append(progress, fmt.Sprintf("%ss: %s VS (%s complete), %s RS", scaleMsToS(f[1]), f[2], f[3], f[4]))
-		case len(f) == 3 && f[0] == "polls":
-			polls, _ = strconv.Atoi(f[1])
-			pollms, _ = strconv.Atoi(f[2])
+		if f := strings.Fields(line); len(f) == 3 && f[0] == "progress" {
+			progress = append(progress, fmt.Sprintf("%s s: %s", scaleMsToS(f[1]), f[2]))
 		}
 	}
+	polls, pollms := scalePolls(res.out)
 	afterStart := scaleMetrics(t, ctx)
 
 	// Exactly what the API says, for every Service.
@@ -309,14 +327,8 @@ wait:
 		newIP := scaleChangeIP(n)
 		marker := fmt.Sprintf("/tmp/scale-change-%d.started", n)
 		cctx, ccancel := context.WithTimeout(ctx, scaleChangeTimeout+10*time.Second)
-		done := scaleVMWait(cctx, marker, fmt.Sprintf(`i=0; now; t0=$NOW; touch %s
-while :; do
-	out=$(ipvsadm -Ln -t %s 2>&1); i=$((i+1))
-	[[ $out == *" %s:8080 "* ]] && break
-	now; [ $((NOW-t0)) -lt %d ] || exit 1
-	nap %s
-done
-now; echo $i $((NOW-t0))`, marker, b.VIP(), newIP, scaleChangeTimeout.Milliseconds(), scaleChangePoll))
+		done := scaleVMWait(cctx, marker, "-vs", "TCP/"+b.VIP(), "-rs", newIP+":8080",
+			"-interval", scaleChangePoll.String(), "-timeout", scaleChangeTimeout.String())
 		scaleWaitMarker(t, ctx, marker)
 		slice := b.Slice.DeepCopy()
 		old := slice.Endpoints[0].Addresses[0]
@@ -342,12 +354,9 @@ now; echo $i $((NOW-t0))`, marker, b.VIP(), newIP, scaleChangeTimeout.Millisecon
 		d := res.at.Sub(t0)
 		lat = append(lat, d)
 		writes = append(writes, tw)
-		if f := strings.Fields(res.out); len(f) == 2 {
-			a, _ := strconv.Atoi(f[0])
-			m, _ := strconv.Atoi(f[1])
-			iters += a
-			loopms += m
-		}
+		a, m := scalePolls(res.out)
+		iters += a
+		loopms += m
 		detail = append(detail, fmt.Sprintf("%s (%s -> %s) %s", b.Service.Name, old, newIP, scaleMs(d)))
 	}
 	afterChanges := scaleMetrics(t, ctx)
@@ -380,13 +389,13 @@ now; echo $i $((NOW-t0))`, marker, b.VIP(), newIP, scaleChangeTimeout.Millisecon
 	scaleResult("VM: accel %s (cpu %q), %s vCPUs, %s MiB, kernel %s", accel, cpuf[0], cpuf[1], cpuf[2], cpuf[3])
 	scaleResult("objects: %d ClusterIP Services (1 TCP port) x %d endpoints, one EndpointSlice each, written in %s (%d client goroutines, QPS 500) before kube-proxy started",
 		nsvc, scaleEndpoints, scaleSecs(created), scaleWorkers)
-	scaleResult("start to all programmed: %s from starting kube-proxy in the VM until IPVS held all %d virtual servers x %d real servers (in-VM poll every %s s + one `ipvsadm -Ln` of the whole table, mean %.0f ms, %d polls)",
+	scaleResult("start to all programmed: %s from starting kube-proxy in the VM until IPVS held all %d virtual servers x %d real servers (in-VM netlink poll of every Service every %s; a poll cycle took %.0f ms on average, %d polls)",
 		scaleSecs(startup), nsvc, scaleEndpoints, scaleStartPoll, pollAvg, polls)
-	scaleResult("  progression (in-VM time since the poll loop started; VS = virtual servers with real servers of this run): %s", strings.Join(progress, "; "))
+	scaleResult("  progression (in-VM time since the poller started, a few agent round trips before kube-proxy: Services complete in IPVS): %s", strings.Join(progress, "; "))
 	scaleResult("  daemon's view after start-up: %s", afterStart)
 	scaleResult("one-endpoint change, API write to IPVS (%d changes, host clock): min %s, median %s, max %s", len(lat), scaleMs(sorted[0]), scaleMs(scaleMedian(lat)), scaleMs(sorted[len(sorted)-1]))
 	scaleResult("  the API write alone (EndpointSlice Update round trip): median %s, max %s", scaleMs(scaleMedian(writes)), scaleMs(scaleMax(writes)))
-	scaleResult("  resolution: in-VM poll every %s s + one `ipvsadm -Ln -t VIP` (mean %.1f ms per iteration); a no-op agent exec round trip takes %s (median of %d)",
+	scaleResult("  resolution: in-VM netlink poll of the virtual server every %s (a poll cycle took %.1f ms on average); a no-op agent exec round trip takes %s (median of %d)",
 		scaleChangePoll, iterMs, scaleMs(rtt), len(rtts))
 	scaleResult("  each: %s", strings.Join(detail, ", "))
 	scaleResult("  daemon's view after the changes: %s", afterChanges)

@@ -1,0 +1,150 @@
+// Command e2e-ipvswait runs in the e2e VM and waits, polling IPVS over netlink
+// from one long-lived process (under TCG every process start costs a few hundred
+// milliseconds, so a shell loop around ipvsadm cannot time anything finer), until
+// the kernel holds what it is told to expect. Used by test/e2e/scale_test.go.
+//
+//	e2e-ipvswait -ready F -vs TCP/10.96.1.2:80 -rs 10.244.200.1:8080
+//	    until that real server (weight > 0) is on that virtual server
+//	e2e-ipvswait -ready F -all FILE
+//	    until every line "TCP/VIP:PORT RS RS..." of FILE holds exactly those real
+//	    servers (weight > 0); prints "progress MS COMPLETE" whenever the count changes
+//
+// It touches the -ready file once its netlink socket is open, prints
+// "polls N MS" (poll count, ms since start) on success, and exits 1 on timeout.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"net"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/ipvs"
+)
+
+func main() {
+	ready := flag.String("ready", "", "file to create once polling starts")
+	vsKey := flag.String("vs", "", "virtual server PROTO/IP:PORT")
+	rsKey := flag.String("rs", "", "real server IP:PORT to wait for on -vs")
+	all := flag.String("all", "", "file of lines 'PROTO/IP:PORT RS...' to wait for")
+	interval := flag.Duration("interval", 10*time.Millisecond, "time between polls")
+	timeout := flag.Duration("timeout", time.Minute, "give up after")
+	flag.Parse()
+	if err := run(*ready, *vsKey, *rsKey, *all, *interval, *timeout); err != nil {
+		fmt.Fprintln(os.Stderr, "e2e-ipvswait:", err)
+		os.Exit(1)
+	}
+}
+
+func parseVS(key string) (*ipvs.VirtualServer, error) {
+	proto, hostport, ok := strings.Cut(key, "/")
+	if !ok {
+		return nil, fmt.Errorf("virtual server %q: want PROTO/IP:PORT", key)
+	}
+	host, port, err := net.SplitHostPort(hostport)
+	if err != nil {
+		return nil, err
+	}
+	p, err := strconv.ParseUint(port, 10, 16)
+	ip := net.ParseIP(host)
+	if err != nil || ip == nil {
+		return nil, fmt.Errorf("virtual server %q: bad address", key)
+	}
+	return &ipvs.VirtualServer{Address: ip, Protocol: proto, Port: uint16(p)}, nil
+}
+
+type want struct {
+	vs  *ipvs.VirtualServer
+	rss string // sorted, comma-joined IP:PORT
+}
+
+// realServers is the sorted, comma-joined list of vs's real servers with weight > 0.
+func realServers(ctx context.Context, c ipvs.Interface, vs *ipvs.VirtualServer) string {
+	rss, err := c.GetRealServers(ctx, vs)
+	if err != nil {
+		return ""
+	}
+	var keys []string
+	for _, rs := range rss {
+		if rs.Weight > 0 {
+			keys = append(keys, rs.Key())
+		}
+	}
+	sort.Strings(keys)
+	return strings.Join(keys, ",")
+}
+
+func run(ready, vsKey, rsKey, all string, interval, timeout time.Duration) error {
+	var wants []want
+	single := all == ""
+	if single {
+		vs, err := parseVS(vsKey)
+		if err != nil {
+			return err
+		}
+		wants = []want{{vs: vs, rss: rsKey}}
+	} else {
+		data, err := os.ReadFile(all)
+		if err != nil {
+			return err
+		}
+		for _, line := range strings.Split(strings.TrimSpace(string(data)), "\n") {
+			f := strings.Fields(line)
+			if len(f) < 2 {
+				continue
+			}
+			vs, err := parseVS(f[0])
+			if err != nil {
+				return err
+			}
+			rss := append([]string(nil), f[1:]...)
+			sort.Strings(rss)
+			wants = append(wants, want{vs: vs, rss: strings.Join(rss, ",")})
+		}
+	}
+	c, err := ipvs.New("")
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	ctx := context.Background()
+	start := time.Now()
+	if ready != "" {
+		if err := os.WriteFile(ready, nil, 0o644); err != nil {
+			return err
+		}
+	}
+	polls, last := 0, -1
+	for {
+		polls++
+		complete := 0
+		for _, w := range wants {
+			got := realServers(ctx, c, w.vs)
+			if single {
+				if strings.Contains(","+got+",", ","+w.rss+",") {
+					complete++
+				}
+			} else if got == w.rss {
+				complete++
+			}
+		}
+		elapsed := time.Since(start).Milliseconds()
+		if !single && complete != last {
+			fmt.Printf("progress %d %d\n", elapsed, complete)
+			last = complete
+		}
+		if complete == len(wants) {
+			fmt.Printf("polls %d %d\n", polls, elapsed)
+			return nil
+		}
+		if time.Since(start) > timeout {
+			return fmt.Errorf("timeout after %s and %d polls: %d of %d as wanted", timeout, polls, complete, len(wants))
+		}
+		time.Sleep(interval)
+	}
+}
