@@ -5,7 +5,9 @@
 //
 //	go test -tags e2e,e2escale -count=1 -v -timeout 60m -run TestScaleVM ./test/e2e/
 //
-// KPI_SCALE_SERVICES (default 1000, at most 4000) changes the Service count.
+// KPI_SCALE_SERVICES (default 1000, at most 4000) changes the Service count;
+// KPI_SCALE_SYNC_PERIOD (e.g. 60s) replaces the ipvs.syncPeriod of
+// framework.KubeProxyConfig (10s).
 package e2e
 
 import (
@@ -157,6 +159,15 @@ func TestScaleVM(t *testing.T) {
 		}
 		nsvc = n
 	}
+	config := framework.KubeProxyConfig("")
+	syncPeriod := "10s"
+	if v := os.Getenv("KPI_SCALE_SYNC_PERIOD"); v != "" {
+		if _, err := time.ParseDuration(v); err != nil || !strings.Contains(config, "  syncPeriod: 10s\n") {
+			t.Fatalf("KPI_SCALE_SYNC_PERIOD=%q: want a duration (and a config with syncPeriod: 10s to replace)", v)
+		}
+		config = strings.Replace(config, "  syncPeriod: 10s\n", "  syncPeriod: "+v+"\n", 1)
+		syncPeriod = v
+	}
 	if node.KubeProxyRunning(ctx) {
 		t.Fatal("a kube-proxy is already running in the VM: TestScaleVM starts its own and must run alone (-run TestScaleVM)")
 	}
@@ -265,7 +276,7 @@ func TestScaleVM(t *testing.T) {
 		}
 	})
 	t0 := time.Now()
-	if err := node.StartKubeProxy(ctx, cp, framework.KubeProxyConfig("")); err != nil {
+	if err := node.StartKubeProxy(ctx, cp, config); err != nil {
 		t.Fatal(err)
 	}
 	var res scaleWaitResult
@@ -399,7 +410,7 @@ wait:
 		scaleChangePoll, iterMs, scaleMs(rtt), len(rtts))
 	scaleResult("  each: %s", strings.Join(detail, ", "))
 	scaleResult("  daemon's view after the changes: %s", afterChanges)
-	scaleResult("config: framework.KubeProxyConfig(\"\"): mode ipvs, scheduler rr, syncPeriod 10s, minSyncPeriod 0s")
+	scaleResult("config: framework.KubeProxyConfig(\"\"): mode ipvs, scheduler rr, syncPeriod %s, minSyncPeriod 0s", syncPeriod)
 }
 
 func scaleMax(ds []time.Duration) time.Duration {

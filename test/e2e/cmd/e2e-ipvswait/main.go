@@ -7,7 +7,10 @@
 //	    until that real server (weight > 0) is on that virtual server
 //	e2e-ipvswait -ready F -all FILE
 //	    until every line "TCP/VIP:PORT RS RS..." of FILE holds exactly those real
-//	    servers (weight > 0); prints "progress MS COMPLETE" whenever the count changes
+//	    servers (weight > 0); prints "progress MS COMPLETE" whenever the count changes.
+//	    To stay cheap next to the daemon it measures, a poll is one dump of the
+//	    virtual servers plus one read per present, not yet complete, one; a
+//	    virtual server once complete is not read again.
 //
 // It touches the -ready file once its netlink socket is open, prints
 // "polls N MS" (poll count, ms since start) on success, and exits 1 on timeout.
@@ -119,17 +122,32 @@ func run(ready, vsKey, rsKey, all string, interval, timeout time.Duration) error
 			return err
 		}
 	}
-	polls, last := 0, -1
+	polls, last, complete := 0, -1, 0
+	done := make([]bool, len(wants))
 	for {
 		polls++
-		complete := 0
-		for _, w := range wants {
+		var present map[string]bool
+		if !single {
+			vss, err := c.GetVirtualServers(ctx)
+			if err != nil {
+				return err
+			}
+			present = make(map[string]bool, len(vss))
+			for _, vs := range vss {
+				present[vs.Key()] = true
+			}
+		}
+		for i, w := range wants {
+			if done[i] || (!single && !present[w.vs.Key()]) {
+				continue
+			}
 			got := realServers(ctx, c, w.vs)
 			if single {
-				if strings.Contains(","+got+",", ","+w.rss+",") {
-					complete++
-				}
-			} else if got == w.rss {
+				done[i] = strings.Contains(","+got+",", ","+w.rss+",")
+			} else {
+				done[i] = got == w.rss
+			}
+			if done[i] {
 				complete++
 			}
 		}
