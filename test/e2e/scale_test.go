@@ -38,7 +38,10 @@ const (
 	scaleProgramTimeout = 10 * time.Minute
 	scaleStartPoll      = 200 * time.Millisecond // between two in-VM reads of every Service's real servers
 	// One-endpoint changes: API write until the new real server is in IPVS.
-	scaleChangeTimeout = 60 * time.Second
+	// Under TCG a full resync of 1,000 Services took 11-25 s (host load 3-5),
+	// longer than syncPeriod 10s, and a change arriving during one waits for it
+	// and may get a full sync of its own: up to ~50 s, hence 120 s.
+	scaleChangeTimeout = 120 * time.Second
 	scaleChangePoll    = 5 * time.Millisecond // between two in-VM reads of one virtual server
 	// Endpoint k of the run (Service i, endpoint j: k = 4i+j) is
 	// 10.244.(64+k/250).(1+k%250): 10.244.64.1 up to 10.244.127.250, a range
