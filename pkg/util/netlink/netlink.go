@@ -9,6 +9,8 @@ import (
 	"sync"
 
 	vnl "github.com/vishvananda/netlink"
+	"github.com/vishvananda/netlink/nl"
+	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 )
 
@@ -30,6 +32,11 @@ func IsExists(err error) bool {
 type Client struct {
 	mu sync.Mutex
 	h  *vnl.Handle
+	// strict is a second rtnetlink socket with NETLINK_GET_STRICT_CHK, on which
+	// the kernel (4.20+) filters address dumps by link; nil on older kernels.
+	strict *nl.SocketHandle
+	// addrMessages counts the address messages read from the kernel (tests).
+	addrMessages int
 }
 
 var _ Handle = &Client{}
@@ -40,7 +47,15 @@ func New() (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("opening rtnetlink socket: %w", err)
 	}
-	return &Client{h: h}, nil
+	c := &Client{h: h}
+	if s, err := nl.GetNetlinkSocketAt(netns.None(), netns.None(), unix.NETLINK_ROUTE); err == nil {
+		if err := unix.SetsockoptInt(s.GetFd(), unix.SOL_NETLINK, unix.NETLINK_GET_STRICT_CHK, 1); err == nil {
+			c.strict = &nl.SocketHandle{Socket: s}
+		} else {
+			s.Close()
+		}
+	}
+	return c, nil
 }
 
 // Close releases the socket.
@@ -50,6 +65,10 @@ func (c *Client) Close() {
 	if c.h != nil {
 		c.h.Close()
 		c.h = nil
+	}
+	if c.strict != nil {
+		c.strict.Close()
+		c.strict = nil
 	}
 }
 
@@ -256,11 +275,92 @@ func (c *Client) GetLocalAddresses(ctx context.Context, excludeDev string) ([]ne
 			return nil, fmt.Errorf("listing local addresses: %w", err)
 		}
 	}
-	addrs, err := addrList(h, nil)
+	if c.strict == nil {
+		// One dump of every address, kube-ipvs0's thousands included.
+		addrs, err := addrList(h, nil)
+		if err != nil {
+			return nil, fmt.Errorf("listing local addresses: %w", err)
+		}
+		c.addrMessages += len(addrs)
+		return localAddresses(addrs, excludeIndex), nil
+	}
+	// Every sync asks, so the cost must not grow with the Services bound to
+	// kube-ipvs0: one kernel-filtered dump per other link.
+	links, err := h.LinkList()
 	if err != nil {
-		return nil, fmt.Errorf("listing local addresses: %w", err)
+		return nil, fmt.Errorf("listing links: %w", err)
+	}
+	var addrs []vnl.Addr
+	for _, l := range links {
+		if idx := l.Attrs().Index; idx != excludeIndex {
+			got, err := c.linkAddrs(idx)
+			if err != nil {
+				return nil, fmt.Errorf("listing the addresses of %s: %w", l.Attrs().Name, err)
+			}
+			addrs = append(addrs, got...)
+		}
 	}
 	return localAddresses(addrs, excludeIndex), nil
+}
+
+// linkAddrs dumps the addresses of one link on the strict-check socket, where
+// the kernel itself skips the other links' addresses; an interrupted dump is
+// retried.
+func (c *Client) linkAddrs(index int) ([]vnl.Addr, error) {
+	var err error
+	for range 5 {
+		req := nl.NewNetlinkRequest(unix.RTM_GETADDR, unix.NLM_F_DUMP)
+		msg := nl.NewIfAddrmsg(unix.AF_UNSPEC)
+		msg.Index = uint32(index)
+		req.AddData(msg)
+		req.Sockets = map[int]*nl.SocketHandle{unix.NETLINK_ROUTE: c.strict}
+		var addrs []vnl.Addr
+		err = req.ExecuteIter(unix.NETLINK_ROUTE, unix.RTM_NEWADDR, func(m []byte) bool {
+			c.addrMessages++
+			if a, ok := parseAddrMessage(m); ok && a.LinkIndex == index {
+				addrs = append(addrs, a)
+			}
+			return true
+		})
+		if err == nil {
+			return addrs, nil
+		}
+		if !errors.Is(err, nl.ErrDumpInterrupted) {
+			return nil, err
+		}
+	}
+	return nil, err
+}
+
+// parseAddrMessage reads the link and address of one RTM_NEWADDR message: the
+// local address (IFA_LOCAL) when there is one, else IFA_ADDRESS, as iproute2.
+func parseAddrMessage(m []byte) (vnl.Addr, bool) {
+	if len(m) < unix.SizeofIfAddrmsg {
+		return vnl.Addr{}, false
+	}
+	msg := nl.DeserializeIfAddrmsg(m)
+	attrs, err := nl.ParseRouteAttr(m[msg.Len():])
+	if err != nil {
+		return vnl.Addr{}, false
+	}
+	var local, address net.IP
+	for _, a := range attrs {
+		switch a.Attr.Type {
+		case unix.IFA_LOCAL:
+			local = append(net.IP(nil), a.Value...)
+		case unix.IFA_ADDRESS:
+			address = append(net.IP(nil), a.Value...)
+		}
+	}
+	ip := local
+	if ip == nil {
+		ip = address
+	}
+	if ip == nil {
+		return vnl.Addr{}, false
+	}
+	bits := 8 * len(ip)
+	return vnl.Addr{LinkIndex: int(msg.Index), IPNet: &net.IPNet{IP: ip, Mask: net.CIDRMask(int(msg.Prefixlen), bits)}}, true
 }
 
 func localAddresses(addrs []vnl.Addr, excludeIndex int) []net.IP {

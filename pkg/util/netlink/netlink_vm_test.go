@@ -7,6 +7,7 @@ package netlink
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"testing"
 
@@ -94,5 +95,56 @@ func TestVMAddressContractOnDummy(t *testing.T) {
 				t.Errorf("route to %s = %+v, want a local route", s, routes)
 			}
 		}
+	})
+}
+
+// TestVMLocalAddressesIgnoreDummyCost: GetLocalAddresses runs on every sync,
+// so it must not read kube-ipvs0's addresses (one per Service) from the
+// kernel: with 3,000 of them bound it reads only the other links' addresses,
+// and still returns exactly those.
+func TestVMLocalAddressesIgnoreDummyCost(t *testing.T) {
+	netns.Run(t, func(t *testing.T) {
+		setupContractLinks(t, "dev0")
+		dev0, err := vnl.LinkByName("dev0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, s := range []string{"192.0.2.10/24", "2001:db8::10/64"} {
+			a, _ := vnl.ParseAddr(s)
+			if err := vnl.AddrAdd(dev0, a); err != nil {
+				t.Fatal(err)
+			}
+		}
+		c, err := New()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		if c.strict == nil {
+			t.Fatal("no strict-check rtnetlink socket on this kernel (4.20+ has one)")
+		}
+		ctx := context.Background()
+		if _, err := c.EnsureDummyDevice(ctx, DefaultDummyDevice); err != nil {
+			t.Fatal(err)
+		}
+		for i := range 3000 {
+			ip := net.IPv4(10, 96, byte(i/250), byte(1+i%250))
+			if _, err := c.EnsureAddressBind(ctx, ip, DefaultDummyDevice); err != nil {
+				t.Fatal(err)
+			}
+		}
+		c.addrMessages = 0
+		got, err := c.GetLocalAddresses(ctx, DefaultDummyDevice)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fmt.Sprint(got) != "[192.0.2.1 192.0.2.10 2001:db8::1 2001:db8::10]" { // setupContractLinks put .1 and ::1
+			t.Errorf("GetLocalAddresses = %v, want dev0's four addresses", got)
+		}
+		// dev0's four addresses, its IPv6 link-local one, lo's two.
+		if c.addrMessages > 10 {
+			t.Errorf("GetLocalAddresses read %d address messages with 3,000 addresses on %s: it must not dump the dummy's", c.addrMessages, DefaultDummyDevice)
+		}
+		t.Logf("%d address messages read", c.addrMessages)
 	})
 }
