@@ -733,11 +733,18 @@ func (p *Proxier) cleanConntrack(ctx context.Context, targets []conntrackTarget,
 	if len(want) == 0 {
 		return
 	}
+	wantProto := map[uint8]bool{}
+	for k := range want {
+		wantProto[k.proto] = true
+	}
 	deleted := 0
 	for _, proto := range []struct {
 		name string
 		num  uint8
 	}{{ipvs.UDP, 17}, {ipvs.SCTP, 132}} {
+		if !wantProto[proto.num] {
+			continue // no flow of this protocol can be stale: skip the dump
+		}
 		flows, err := p.kernel.Conntrack.ListFlows(ctx, proto.num)
 		if err != nil {
 			p.logger.Error(err, "Failed to list conntrack flows", "protocol", proto.name)

@@ -322,8 +322,13 @@ func TestGracefulTermination(t *testing.T) {
 			OrigDst: net.ParseIP("8.8.8.8"), OrigDstPort: 53, ReplySrc: net.ParseIP("8.8.8.8"), ReplySrcPort: 53})
 		s1 := makeSlice("ns", "d", "d-1", udp("dns", 53), endpoint("10.244.2.1"))
 		e.p.OnEndpointSliceUpdate(s2, s1)
+		e.ct.ResetOps()
 		e.mustSync()
 		diff(t, "ipvs", "UDP  10.96.0.53:53 rr\n  -> 10.244.2.1:53 Masq 1 0 0", e.ipvs.Dump())
+		// Only UDP flows are read: no SCTP virtual server changed.
+		if n := e.ct.Ops()[conntrack.OpList]; n != 1 {
+			t.Errorf("a UDP endpoint change listed the conntrack table %d times, want once (UDP only)", n)
+		}
 		flows, _ := e.ct.ListFlows(context.Background(), 17)
 		if len(flows) != 2 {
 			t.Fatalf("flows after cleanup = %v, want the live endpoint's and the unrelated one", e.ct.Dump())
