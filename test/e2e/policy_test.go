@@ -47,20 +47,17 @@ func createServiceWith(t *testing.T, ctx context.Context, ns, name string, typ c
 // (a removed endpoint may linger with weight 0 while its connections drain),
 // sorted, as "ip:port".
 func activeRealServers(ctx context.Context, proto, vip string) ([]string, error) {
-	flag := map[string]string{"TCP": "-t", "UDP": "-u", "SCTP": "--sctp-service"}[proto]
-	out, err := vm.Sh(ctx, fmt.Sprintf("ipvsadm -Ln %s %s", flag, vip))
+	rs, err := node.VirtualServer(ctx, proto, vip)
 	if err != nil {
 		return nil, err
 	}
-	var rs []string
-	for _, line := range strings.Split(out, "\n") {
-		f := strings.Fields(line)
-		if len(f) >= 4 && f[0] == "->" && f[1] != "RemoteAddress:Port" && f[3] != "0" {
-			rs = append(rs, f[1])
+	var out []string
+	for _, r := range rs {
+		if f := strings.Fields(r); f[2] != "0" {
+			out = append(out, f[0])
 		}
 	}
-	sort.Strings(rs)
-	return rs, nil
+	return out, nil
 }
 
 // waitActive waits until vip's real servers with weight > 0 are exactly want

@@ -346,12 +346,12 @@ func TestKubeProxyRestartUnderLoad(t *testing.T) {
 		t.Fatal(err)
 	}
 	err := framework.Eventually(ctx, 90*time.Second, time.Second, func(ctx context.Context) error {
-		out, err := vm.Sh(ctx, `timeout 5 wget -q -O - http://127.0.0.1:10249/metrics | awk '$1=="kubeproxy_sync_proxy_rules_duration_seconds_count{ip_family=\"IPv4\"}" {print $2}'`)
+		page, err := vm.Sh(ctx, "timeout 5 wget -q -O - http://127.0.0.1:10249/metrics")
 		if err != nil {
 			return err
 		}
-		if n, _ := strconv.Atoi(strings.TrimSpace(out)); n < 1 {
-			return fmt.Errorf("the restarted kube-proxy has not synced yet (sync count %q)", strings.TrimSpace(out))
+		if n, _, ok := framework.HistogramSummary(page, "kubeproxy_sync_proxy_rules_duration_seconds"); !ok || n < 1 {
+			return fmt.Errorf("the restarted kube-proxy has not synced yet (sync count %v)", n)
 		}
 		return nil
 	})

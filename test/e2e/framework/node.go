@@ -3,7 +3,6 @@ package framework
 import (
 	"context"
 	"fmt"
-	"sort"
 	"strings"
 	"syscall"
 	"time"
@@ -185,21 +184,29 @@ func (n *Node) WaitKubeProxyReady(ctx context.Context, timeout time.Duration) er
 	return nil
 }
 
-// RealServers returns the real servers IPVS holds for a virtual server, e.g.
-// ("TCP", "10.96.0.10:80") -> ["10.244.0.21:8080 Masq", ...], in ipvsadm order.
-func (n *Node) RealServers(ctx context.Context, proto, vip string) ([]string, error) {
+// VirtualServer returns the real servers IPVS holds for one virtual server as
+// "ip:port forward weight" (sorted), e.g. ("TCP", "10.96.0.10:80") ->
+// ["10.244.0.21:8080 Masq 1", ...].
+func (n *Node) VirtualServer(ctx context.Context, proto, vip string) ([]string, error) {
 	flag := map[string]string{"TCP": "-t", "UDP": "-u", "SCTP": "--sctp-service"}[proto]
 	out, err := n.VM.Sh(ctx, fmt.Sprintf("ipvsadm -Ln %s %s", flag, vip))
 	if err != nil {
 		return nil, err
 	}
-	var rs []string
-	for _, line := range strings.Split(out, "\n") {
-		f := strings.Fields(line)
-		if len(f) >= 3 && f[0] == "->" && f[1] != "RemoteAddress:Port" {
-			rs = append(rs, f[1]+" "+f[2])
-		}
+	return ParseIPVSTable(out)[proto+" "+vip], nil
+}
+
+// RealServers returns the real servers of a virtual server as "ip:port
+// forward" (sorted), whatever their weight.
+func (n *Node) RealServers(ctx context.Context, proto, vip string) ([]string, error) {
+	rs, err := n.VirtualServer(ctx, proto, vip)
+	if err != nil {
+		return nil, err
 	}
-	sort.Strings(rs)
-	return rs, nil
+	out := make([]string, 0, len(rs))
+	for _, r := range rs {
+		f := strings.Fields(r)
+		out = append(out, f[0]+" "+f[1])
+	}
+	return out, nil
 }
