@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds (once) the real kube-apiserver and etcd from the separate tools module
+# Builds (once) the real kube-apiserver, etcd and upstream kube-proxy from the separate tools module
 # test/e2e/tools and caches them outside the repository, keyed by version and by
 # the module's go.sum, so a fresh clone elsewhere reuses them. The build flags
 # never change, so the Go build cache hits on every rebuild.
@@ -42,4 +42,9 @@ exec 9>"$cache/.lock-tools"
 flock 9
 build_one etcd
 build_one kube-apiserver
+# Upstream kube-proxy: only for the migration scenarios and `make bench`'s
+# side-by-side figures (KPI_TOOLS_UPSTREAM_PROXY=0 leaves it out).
+if [[ ${KPI_TOOLS_UPSTREAM_PROXY:-1} != 0 ]]; then
+	build_one kube-proxy
+fi
 echo "$out"
