@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"net"
 	"slices"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -184,4 +185,126 @@ func sortedStrings(s []string) []string {
 	out := slices.Clone(s)
 	slices.Sort(out)
 	return out
+}
+
+// tableText prints virtual servers and real servers one per line, sorted, with
+// every field GetAll must agree on (the hashed flag and the counters of the
+// virtual server excluded: they are the kernel's).
+func tableText(dumps []VirtualServerDump) string {
+	var lines []string
+	for _, d := range dumps {
+		vs := d.VirtualServer
+		lines = append(lines, fmt.Sprintf("%s %s flags=%#x timeout=%d", vs.Key(), vs.Scheduler, vs.Flags&^FlagHashed, vs.Timeout))
+		for _, rs := range d.RealServers {
+			lines = append(lines, fmt.Sprintf("%s -> %s w=%d a=%d i=%d", vs.Key(), rs.Key(), rs.Weight, rs.ActiveConn, rs.InactiveConn))
+		}
+	}
+	return strings.Join(sortedStrings(lines), "\n")
+}
+
+// onePerServer is what GetVirtualServers plus GetRealServers for each return.
+func onePerServer(t *testing.T, h Interface) []VirtualServerDump {
+	t.Helper()
+	ctx := context.Background()
+	vss, err := h.GetVirtualServers(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []VirtualServerDump
+	for _, vs := range vss {
+		rss, err := h.GetRealServers(ctx, vs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, VirtualServerDump{VirtualServer: vs, RealServers: rss})
+	}
+	return out
+}
+
+// getAllTable is the table checkGetAllContract programs, as tableText prints it.
+const getAllTable = `SCTP/10.0.0.5:9 rr flags=0x0 timeout=0
+SCTP/10.0.0.5:9 -> 10.1.0.5:9 w=1 a=0 i=0
+TCP/10.0.0.1:80 rr flags=0x0 timeout=0
+TCP/10.0.0.1:80 -> 10.1.0.1:8080 w=1 a=0 i=0
+TCP/10.0.0.1:80 -> 10.1.0.2:8080 w=0 a=0 i=0
+TCP/10.0.0.1:80 -> 10.1.0.3:8080 w=7 a=0 i=0
+TCP/10.0.0.2:443 wrr flags=0x1 timeout=10800
+TCP/10.0.0.2:443 -> 10.1.0.1:65535 w=1 a=0 i=0
+TCP/10.0.0.3:1 mh flags=0x18 timeout=0
+TCP/10.0.0.3:1 -> 10.1.0.9:1 w=65535 a=0 i=0
+TCP/[fd00::1]:80 sh flags=0x9 timeout=60
+TCP/[fd00::1]:80 -> [fd01::1]:8080 w=1 a=0 i=0
+TCP/[fd00::1]:80 -> [fd01::ff:2]:8080 w=3 a=0 i=0
+UDP/10.0.0.4:53 rr flags=0x4 timeout=0
+UDP/10.0.0.4:53 -> 10.1.0.4:53 w=1 a=0 i=0
+UDP/[fd00::2]:53 rr flags=0x4 timeout=0`
+
+// checkGetAllContract: GetAll answers what GetVirtualServers plus GetRealServers
+// for each answer, for every protocol, family, flag and weight the proxier
+// uses (and an empty virtual server).
+func checkGetAllContract(t *testing.T, h Interface) {
+	t.Helper()
+	ctx := context.Background()
+	if all, err := h.GetAll(ctx); err != nil || len(all) != 0 {
+		t.Fatalf("GetAll of an empty table = %v, %v", all, err)
+	}
+	type rsSpec struct {
+		ip     string
+		port   uint16
+		weight int
+	}
+	for _, s := range []struct {
+		vs  VirtualServer
+		rss []rsSpec
+	}{
+		{VirtualServer{Address: net.ParseIP("10.0.0.1"), Protocol: TCP, Port: 80, Scheduler: "rr"},
+			[]rsSpec{{"10.1.0.1", 8080, 1}, {"10.1.0.2", 8080, 0}, {"10.1.0.3", 8080, 7}}},
+		{VirtualServer{Address: net.ParseIP("10.0.0.2"), Protocol: TCP, Port: 443, Scheduler: "wrr", Flags: FlagPersistent, Timeout: 10800},
+			[]rsSpec{{"10.1.0.1", 65535, 1}}},
+		{VirtualServer{Address: net.ParseIP("10.0.0.3"), Protocol: TCP, Port: 1, Scheduler: "mh", Flags: FlagSchedSH1 | FlagSchedSH2},
+			[]rsSpec{{"10.1.0.9", 1, 65535}}},
+		{VirtualServer{Address: net.ParseIP("fd00::1"), Protocol: TCP, Port: 80, Scheduler: "sh", Flags: FlagPersistent | FlagSchedSH1, Timeout: 60},
+			[]rsSpec{{"fd01::1", 8080, 1}, {"fd01::ff:2", 8080, 3}}},
+		{VirtualServer{Address: net.ParseIP("10.0.0.4"), Protocol: UDP, Port: 53, Scheduler: "rr", Flags: FlagOnePacket},
+			[]rsSpec{{"10.1.0.4", 53, 1}}},
+		{VirtualServer{Address: net.ParseIP("fd00::2"), Protocol: UDP, Port: 53, Scheduler: "rr", Flags: FlagOnePacket}, nil},
+		{VirtualServer{Address: net.ParseIP("10.0.0.5"), Protocol: SCTP, Port: 9, Scheduler: "rr"},
+			[]rsSpec{{"10.1.0.5", 9, 1}}},
+	} {
+		vs := s.vs
+		if err := h.AddVirtualServer(ctx, &vs); err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range s.rss {
+			if err := h.AddRealServer(ctx, &vs, &RealServer{Address: net.ParseIP(r.ip), Port: r.port, Weight: r.weight}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	all, err := h.GetAll(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := strings.Join(sortedStrings(strings.Split(getAllTable, "\n")), "\n")
+	if diff := cmp.Diff(want, tableText(all)); diff != "" {
+		t.Errorf("GetAll (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff(tableText(onePerServer(t, h)), tableText(all)); diff != "" {
+		t.Errorf("GetAll against one read per virtual server (-one by one +GetAll):\n%s", diff)
+	}
+	for _, d := range all {
+		if d.VirtualServer.Flags&FlagHashed == 0 {
+			t.Errorf("GetAll: %s without the hashed flag", d.VirtualServer)
+		}
+		if d.RealServers == nil {
+			t.Errorf("GetAll: %s has a nil real server list, want empty", d.VirtualServer)
+		}
+	}
+	// Reads are copies: changing them changes nothing.
+	all[0].VirtualServer.Scheduler = "xx"
+	all[0].RealServers = append(all[0].RealServers, &RealServer{})
+	if again, err := h.GetAll(ctx); err != nil || tableText(again) != want {
+		t.Errorf("GetAll after changing a previous answer = %v\n%s", err, tableText(again))
+	}
+	expectKind(t, "flush", h.Flush(ctx), "ok")
 }

@@ -24,6 +24,7 @@ const (
 	OpUpdateRS    = "UpdateRS"
 	OpDelRS       = "DelRS"
 	OpListRS      = "ListRS"
+	OpGetAll      = "GetAll"
 	OpSetTimeouts = "SetTimeouts"
 	OpFlush       = "Flush"
 )
@@ -261,6 +262,25 @@ func (f *Fake) GetRealServers(ctx context.Context, vs *VirtualServer) ([]*RealSe
 	out := make([]*RealServer, 0, len(svc.dsts))
 	for _, d := range sortedDestinations(svc) {
 		out = append(out, copyRS(d))
+	}
+	return out, nil
+}
+
+// GetAll returns every virtual server with its real servers, sorted as Dump
+// prints them: one operation, as the Client's bulk read.
+func (f *Fake) GetAll(ctx context.Context) ([]VirtualServerDump, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.begin(ctx, OpGetAll); err != nil {
+		return nil, errorf(err, "listing virtual servers with their real servers")
+	}
+	out := make([]VirtualServerDump, 0, len(f.services))
+	for _, svc := range f.sortedServices() {
+		d := VirtualServerDump{VirtualServer: copyVS(&svc.vs), RealServers: make([]*RealServer, 0, len(svc.dsts))}
+		for _, rs := range sortedDestinations(svc) {
+			d.RealServers = append(d.RealServers, copyRS(rs))
+		}
+		out = append(out, d)
 	}
 	return out, nil
 }

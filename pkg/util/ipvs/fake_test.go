@@ -282,6 +282,8 @@ func TestFakeVirtualServerContract(t *testing.T) { checkVirtualServerContract(t,
 
 func TestFakeRealServerContract(t *testing.T) { checkRealServerContract(t, NewFake()) }
 
+func TestFakeGetAllContract(t *testing.T) { checkGetAllContract(t, NewFake()) }
+
 func TestFakeTimeoutContract(t *testing.T) {
 	f := NewFake()
 	checkTimeoutContract(t, f, f.Timeouts)

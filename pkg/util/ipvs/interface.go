@@ -90,6 +90,10 @@ type Interface interface {
 	UpdateRealServer(ctx context.Context, vs *VirtualServer, rs *RealServer) error
 	DeleteRealServer(ctx context.Context, vs *VirtualServer, rs *RealServer) error
 	GetRealServers(ctx context.Context, vs *VirtualServer) ([]*RealServer, error)
+	// GetAll returns every virtual server with its real servers: the answer of
+	// GetVirtualServers plus GetRealServers for each, read in bulk (a full
+	// reconcile at 10k virtual servers would otherwise make 10k round trips).
+	GetAll(ctx context.Context) ([]VirtualServerDump, error)
 
 	// ConfigureTimeouts sets the tcp, tcpfin and udp timeouts; 0 keeps a value.
 	ConfigureTimeouts(ctx context.Context, tcp, tcpfin, udp time.Duration) error

@@ -3,6 +3,7 @@ package ipvs
 import (
 	"context"
 	"fmt"
+	"os"
 	"sync"
 	"time"
 
@@ -29,6 +30,13 @@ import (
 type Client struct {
 	mu     sync.Mutex
 	handle *libipvs.Handle
+	// proc is the namespace's /proc/net/ip_vs, kept open for GetAll (nil when
+	// it could not be opened: GetAll then dumps each virtual server).
+	proc    *os.File
+	procBuf []byte
+	// perServiceReads counts the destination dumps GetAll made because the
+	// proc table did not show a virtual server (tests check it stays 0).
+	perServiceReads int
 }
 
 var _ Interface = &Client{}
@@ -50,7 +58,11 @@ func New(netnsPath string) (*Client, error) {
 		h.Close()
 		return nil, fmt.Errorf("looking up the IPVS generic netlink family (is ip_vs loaded?): %w", err)
 	}
-	return &Client{handle: h}, nil
+	c := &Client{handle: h}
+	// Without the proc table (no procfs in this mount namespace) GetAll falls
+	// back to one destination dump per virtual server.
+	c.proc, _ = openProcTable(netnsPath)
+	return c, nil
 }
 
 // Close releases the netlink socket; the Client must not be used afterwards.
@@ -60,6 +72,10 @@ func (c *Client) Close() {
 	if c.handle != nil {
 		c.handle.Close()
 		c.handle = nil
+	}
+	if c.proc != nil {
+		c.proc.Close()
+		c.proc = nil
 	}
 }
 

@@ -12,7 +12,9 @@ package ipvs
 import (
 	"context"
 	"net"
+	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -38,6 +40,22 @@ func TestVMVirtualServerContract(t *testing.T) {
 
 func TestVMRealServerContract(t *testing.T) {
 	netns.Run(t, func(t *testing.T) { checkRealServerContract(t, newVMClient(t)) })
+}
+
+// TestVMGetAllContract checks the bulk read against the kernel: the same
+// answer as one destination dump per virtual server, with the real servers
+// taken from the proc table (no per-server dump).
+func TestVMGetAllContract(t *testing.T) {
+	netns.Run(t, func(t *testing.T) {
+		c := newVMClient(t)
+		if c.proc == nil {
+			t.Fatalf("%s could not be opened: GetAll would dump per virtual server", procIPVSPath)
+		}
+		checkGetAllContract(t, c)
+		if c.perServiceReads != 0 {
+			t.Errorf("GetAll made %d per-virtual-server destination dumps, want 0 (all from the proc table)", c.perServiceReads)
+		}
+	})
 }
 
 func TestVMTimeoutContract(t *testing.T) {
@@ -116,6 +134,9 @@ func TestVMConnectionCounters(t *testing.T) {
 		if len(rss) != 1 || rss[0].ActiveConn != 1 {
 			t.Fatalf("with one open connection: %+v, want ActiveConn 1", rss)
 		}
+		if all, err := c.GetAll(ctx); err != nil || len(all) != 1 || len(all[0].RealServers) != 1 || all[0].RealServers[0].ActiveConn != 1 {
+			t.Errorf("GetAll with one open connection = %v, %v; want one real server with ActiveConn 1", all, err)
+		}
 		conn.Close()
 		// After the close the entry leaves ESTABLISHED: no longer active, inactive
 		// until it expires (TIME_WAIT/CLOSE in IPVS terms).
@@ -178,6 +199,12 @@ func TestVMNamespacePath(t *testing.T) {
 			t.Fatalf("ip netns add: %v\n%s", err, out)
 		}
 		defer exec.Command("ip", "netns", "delete", "kpv-ipvs").Run()
+		// Without any address the namespace has no local routing table, and the
+		// kernel refuses an IPv4 real server whose address type it cannot tell
+		// (inet_addr_type: EINVAL).
+		if out, err := exec.Command("ip", "-n", "kpv-ipvs", "link", "set", "lo", "up").CombinedOutput(); err != nil {
+			t.Fatalf("ip link set lo up: %v\n%s", err, out)
+		}
 		other, err := New("/run/netns/kpv-ipvs")
 		if err != nil {
 			t.Fatal(err)
@@ -188,8 +215,16 @@ func TestVMNamespacePath(t *testing.T) {
 		if err := other.AddVirtualServer(ctx, vs); err != nil {
 			t.Fatal(err)
 		}
+		if err := other.AddRealServer(ctx, vs, &RealServer{Address: net.ParseIP("10.1.0.1"), Port: 8080, Weight: 1}); err != nil {
+			t.Fatal(err)
+		}
 		if list, err := newVMClient(t).GetVirtualServers(ctx); err != nil || len(list) != 0 {
 			t.Errorf("caller's namespace holds %v (%v), want nothing", list, err)
+		}
+		// The bulk read's proc table is the target namespace's too.
+		all, err := other.GetAll(ctx)
+		if err != nil || len(all) != 1 || len(all[0].RealServers) != 1 || other.perServiceReads != 0 {
+			t.Errorf("GetAll in the target namespace = %v, %v (%d per-server dumps); want 1 virtual server with 1 real server from the proc table", all, err, other.perServiceReads)
 		}
 		out, err := exec.Command("ip", "netns", "exec", "kpv-ipvs", "ipvsadm", "-Ln").CombinedOutput()
 		if err != nil {
@@ -198,6 +233,83 @@ func TestVMNamespacePath(t *testing.T) {
 		if !strings.Contains(string(out), "TCP  10.0.0.1:80 rr") {
 			t.Errorf("ipvsadm -Ln in the target namespace:\n%s", out)
 		}
+	})
+}
+
+// BenchmarkVMGetAll compares the two ways of reading the whole table at the
+// scale of issue 15: KPI_BENCH_VS virtual servers (default 10,000) x 4 real
+// servers, read once with GetVirtualServers plus GetRealServers per virtual
+// server (what a full reconcile did) and once with GetAll. Run it with
+// -benchtime 1x: writing the table takes a while under TCG.
+func BenchmarkVMGetAll(b *testing.B) {
+	nvs := 10000
+	if v := os.Getenv("KPI_BENCH_VS"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > 60000 {
+			b.Fatalf("KPI_BENCH_VS=%q: want 1-60000", v)
+		}
+		nvs = n
+	}
+	const perVS = 4
+	netns.RunBenchmark(b, func(b *testing.B) {
+		c, err := New("")
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer c.Close()
+		ctx := context.Background()
+		start := time.Now()
+		for s := 0; s < nvs; s++ {
+			vs := &VirtualServer{Address: net.IPv4(10, 96, byte(s>>8), byte(s)), Protocol: TCP, Port: 80, Scheduler: "rr"}
+			if err := c.AddVirtualServer(ctx, vs); err != nil {
+				b.Fatal(err)
+			}
+			for r := 0; r < perVS; r++ {
+				rs := &RealServer{Address: net.IPv4(10, byte(128+r), byte(s>>8), byte(s)), Port: 8080, Weight: 1}
+				if err := c.AddRealServer(ctx, vs, rs); err != nil {
+					b.Fatal(err)
+				}
+			}
+		}
+		write := time.Since(start)
+		b.ResetTimer()
+		var perServer, bulk time.Duration
+		for i := 0; i < b.N; i++ {
+			start = time.Now()
+			vss, err := c.GetVirtualServers(ctx)
+			if err != nil || len(vss) != nvs {
+				b.Fatalf("listed %d (%v)", len(vss), err)
+			}
+			nrs := 0
+			for _, vs := range vss {
+				rss, err := c.GetRealServers(ctx, vs)
+				if err != nil {
+					b.Fatal(err)
+				}
+				nrs += len(rss)
+			}
+			perServer += time.Since(start)
+			if nrs != nvs*perVS {
+				b.Fatalf("one by one: %d real servers, want %d", nrs, nvs*perVS)
+			}
+			start = time.Now()
+			all, err := c.GetAll(ctx)
+			bulk += time.Since(start)
+			if err != nil || len(all) != nvs {
+				b.Fatalf("GetAll: %d virtual servers (%v)", len(all), err)
+			}
+			nrs = 0
+			for _, d := range all {
+				nrs += len(d.RealServers)
+			}
+			if nrs != nvs*perVS || c.perServiceReads != 0 {
+				b.Fatalf("GetAll: %d real servers, want %d (%d per-server dumps)", nrs, nvs*perVS, c.perServiceReads)
+			}
+		}
+		b.ReportMetric(float64(write.Milliseconds()), "ms/write-once")
+		b.ReportMetric(float64(perServer.Milliseconds())/float64(b.N), "ms/one-by-one")
+		b.ReportMetric(float64(bulk.Milliseconds())/float64(b.N), "ms/getall")
+		b.ReportMetric(float64(nvs), "virtual-servers")
 	})
 }
 
