@@ -20,6 +20,7 @@ const (
 	OpUnbind      = "Unbind"
 	OpListBind    = "ListBind"
 	OpListLocal   = "ListLocal"
+	OpWatch       = "Watch"
 )
 
 type fakeLink struct {
@@ -34,6 +35,7 @@ type fakeLink struct {
 type Fake struct {
 	mu               sync.Mutex
 	links            map[string]*fakeLink
+	watches          []*fakeWatch
 	fakeops.Recorder // Ops, ResetOps, InjectError
 }
 
@@ -48,6 +50,7 @@ func NewFake() *Fake {
 // AddLink("eth0", "10.0.0.5", "fd00::5") or AddLink("lo", "127.0.0.1", "::1").
 func (f *Fake) AddLink(name string, ips ...string) {
 	f.mu.Lock()
+	defer f.notify(name)
 	defer f.mu.Unlock()
 	l := &fakeLink{addrs: map[string]net.IP{}}
 	for _, s := range ips {
@@ -58,6 +61,61 @@ func (f *Fake) AddLink(name string, ips ...string) {
 		l.addrs[ip.String()] = normalizeIP(ip)
 	}
 	f.links[name] = l
+}
+
+// RemoveLink deletes a link and its addresses, as `ip link del` does.
+func (f *Fake) RemoveLink(name string) {
+	f.mu.Lock()
+	defer f.notify(name)
+	defer f.mu.Unlock()
+	delete(f.links, name)
+}
+
+// NotifyAddressChange calls every watcher as the kernel's notification socket
+// does when notifications were lost (an overrun): nothing may have changed.
+func (f *Fake) NotifyAddressChange() {
+	f.notify("")
+}
+
+type fakeWatch struct {
+	ctx        context.Context
+	excludeDev string
+	changed    func()
+}
+
+// WatchLocalAddresses registers changed; the Fake calls it synchronously, after
+// its lock is released, for every AddLink, RemoveLink, bind and unbind on a
+// link other than excludeDev, and for NotifyAddressChange.
+func (f *Fake) WatchLocalAddresses(ctx context.Context, excludeDev string, changed func()) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.begin(ctx, OpWatch); err != nil {
+		return fmt.Errorf("subscribing to address notifications: %w", err)
+	}
+	f.watches = append(f.watches, &fakeWatch{ctx: ctx, excludeDev: excludeDev, changed: changed})
+	return nil
+}
+
+// notify calls the live watchers that do not exclude dev ("" calls all).
+// Callers must not hold f.mu.
+func (f *Fake) notify(dev string) {
+	f.mu.Lock()
+	var call []func()
+	live := f.watches[:0]
+	for _, w := range f.watches {
+		if w.ctx.Err() != nil {
+			continue
+		}
+		live = append(live, w)
+		if dev == "" || dev != w.excludeDev {
+			call = append(call, w.changed)
+		}
+	}
+	f.watches = live
+	f.mu.Unlock()
+	for _, fn := range call {
+		fn()
+	}
 }
 
 func (f *Fake) begin(ctx context.Context, op string) error {
@@ -99,6 +157,12 @@ func (f *Fake) EnsureAddressBind(ctx context.Context, ip net.IP, dev string) (bo
 	if _, err := hostNet(ip); err != nil {
 		return false, fmt.Errorf("binding address to %s: %w", dev, err)
 	}
+	changed := false
+	defer func() {
+		if changed {
+			f.notify(dev)
+		}
+	}()
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if err := f.begin(ctx, OpBind); err != nil {
@@ -112,6 +176,7 @@ func (f *Fake) EnsureAddressBind(ctx context.Context, ip net.IP, dev string) (bo
 		return true, nil
 	}
 	l.addrs[ip.String()] = normalizeIP(append(net.IP(nil), ip...))
+	changed = true
 	return false, nil
 }
 
@@ -119,6 +184,12 @@ func (f *Fake) UnbindAddress(ctx context.Context, ip net.IP, dev string) error {
 	if _, err := hostNet(ip); err != nil {
 		return fmt.Errorf("unbinding address from %s: %w", dev, err)
 	}
+	changed := false
+	defer func() {
+		if changed {
+			f.notify(dev)
+		}
+	}()
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if err := f.begin(ctx, OpUnbind); err != nil {
@@ -128,7 +199,10 @@ func (f *Fake) UnbindAddress(ctx context.Context, ip net.IP, dev string) error {
 	if err != nil {
 		return fmt.Errorf("unbinding address %s: %w", ip, err)
 	}
-	delete(l.addrs, ip.String())
+	if _, ok := l.addrs[ip.String()]; ok {
+		delete(l.addrs, ip.String())
+		changed = true
+	}
 	return nil
 }
 

@@ -25,4 +25,8 @@ type Handle interface {
 	// GetLocalAddresses lists every local unicast address of the node, except those
 	// on excludeDev (and loopback addresses).
 	GetLocalAddresses(ctx context.Context, excludeDev string) ([]net.IP, error)
+	// WatchLocalAddresses calls changed (from one goroutine; it must not block)
+	// whenever what GetLocalAddresses(excludeDev) returns may have changed,
+	// until ctx is done. Changes made after it returns are never missed.
+	WatchLocalAddresses(ctx context.Context, excludeDev string, changed func()) error
 }

@@ -37,6 +37,8 @@ type Client struct {
 	strict *nl.SocketHandle
 	// addrMessages counts the address messages read from the kernel (tests).
 	addrMessages int
+	// lastWatch is the latest WatchLocalAddresses subscription (tests).
+	lastWatch *addressWatch
 }
 
 var _ Handle = &Client{}

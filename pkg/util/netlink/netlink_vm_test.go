@@ -148,3 +148,15 @@ func TestVMLocalAddressesIgnoreDummyCost(t *testing.T) {
 		t.Logf("%d address messages read", c.addrMessages)
 	})
 }
+
+// TestVMWatchLocalAddresses: the address watch with a real dummy link as the
+// excluded device (kube-ipvs0's role).
+func TestVMWatchLocalAddresses(t *testing.T) {
+	netns.Run(t, func(t *testing.T) {
+		checkWatch(t, func(t *testing.T, name string) {
+			if err := vnl.LinkAdd(&vnl.Dummy{LinkAttrs: vnl.LinkAttrs{Name: name}}); err != nil {
+				t.Fatal(err)
+			}
+		})
+	})
+}
