@@ -13,8 +13,8 @@ const DefaultDummyDevice = "kube-ipvs0"
 // Handle is what the proxier needs from rtnetlink. Address arguments are bare IPs;
 // they are bound with a host prefix (/32 or /128).
 type Handle interface {
-	// EnsureDummyDevice creates the dummy link (and sets it up) if missing; reports
-	// whether it existed.
+	// EnsureDummyDevice creates the dummy link, left down as upstream leaves it,
+	// if missing; reports whether it existed.
 	EnsureDummyDevice(ctx context.Context, dev string) (bool, error)
 	DeleteDummyDevice(ctx context.Context, dev string) error
 	// EnsureAddressBind binds ip to dev; reports whether it was already bound.

@@ -14,10 +14,6 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// addrGenModeNone is IN6_ADDR_GEN_MODE_NONE (linux/if_link.h): no automatic IPv6
-// addresses on the link.
-const addrGenModeNone = 1
-
 // IsNotFound reports whether err says a link does not exist (ENODEV).
 func IsNotFound(err error) bool {
 	return errors.Is(err, unix.ENODEV)
@@ -127,41 +123,28 @@ func hostNet(ip net.IP) (*net.IPNet, error) {
 	return nil, fmt.Errorf("invalid IP address %q", ip)
 }
 
-// EnsureDummyDevice creates dev as a dummy link if it does not exist and makes
-// sure it is up, as the Handle contract says. Upstream kube-proxy leaves
-// kube-ipvs0 down; either way the kernel installs the local route of every bound
-// address (checked on Debian's 6.1 for IPv4 and IPv6), so being up changes no
-// routing, and a dummy link is NOARP, so it answers no ARP or ND. The one visible
-// side effect of up, an automatic IPv6 link-local address, is avoided by turning
-// IPv6 address generation off on a link we create.
+// EnsureDummyDevice creates dev as a dummy link if it does not exist and leaves
+// it down, as upstream kube-proxy does: the kernel installs the local route of an
+// address bound to a down link (IPv4 and IPv6), which is all IPVS needs, and a
+// down link sends nothing (no IPv6 link-local address, no router solicitations)
+// and answers no ARP or ND. An existing link is left as it is.
 func (c *Client) EnsureDummyDevice(ctx context.Context, dev string) (bool, error) {
 	h, unlock, err := c.handle(ctx)
 	if err != nil {
 		return false, err
 	}
 	defer unlock()
-	existed := true
-	link, err := linkByName(h, dev)
-	if IsNotFound(err) {
-		existed = false
-		if err := h.LinkAdd(&vnl.Dummy{LinkAttrs: vnl.LinkAttrs{Name: dev}}); err != nil && !IsExists(err) {
-			return false, fmt.Errorf("creating dummy link %s: %w", dev, err)
-		}
-		if link, err = linkByName(h, dev); err != nil {
-			return false, fmt.Errorf("reading back dummy link %s: %w", dev, err)
-		}
-		// Best effort: fails only where IPv6 is disabled, and ListBindAddress
-		// ignores link-local addresses anyway.
-		_ = h.LinkSetIP6AddrGenMode(link, addrGenModeNone)
-	} else if err != nil {
+	_, err = linkByName(h, dev)
+	if err == nil {
+		return true, nil
+	}
+	if !IsNotFound(err) {
 		return false, err
 	}
-	if link.Attrs().Flags&net.FlagUp == 0 {
-		if err := h.LinkSetUp(link); err != nil {
-			return existed, fmt.Errorf("setting link %s up: %w", dev, err)
-		}
+	if err := h.LinkAdd(&vnl.Dummy{LinkAttrs: vnl.LinkAttrs{Name: dev}}); err != nil && !IsExists(err) {
+		return false, fmt.Errorf("creating dummy link %s: %w", dev, err)
 	}
-	return existed, nil
+	return false, nil
 }
 
 // DeleteDummyDevice deletes dev; a missing link is not an error.

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"net"
 	"testing"
+	"time"
 
 	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/testing/netns"
 	vnl "github.com/vishvananda/netlink"
@@ -27,7 +28,10 @@ func TestVMDummyDevice(t *testing.T) {
 	})
 }
 
-func TestVMDummyDeviceUpWithoutLinkLocal(t *testing.T) {
+// TestVMDummyDeviceLeftDown: kube-ipvs0 is created down, as upstream kube-proxy
+// creates it, so it has no IPv6 link-local address; an existing link is left as
+// it is (a link someone set up stays up).
+func TestVMDummyDeviceLeftDown(t *testing.T) {
 	netns.Run(t, func(t *testing.T) {
 		c, err := New()
 		if err != nil {
@@ -45,25 +49,76 @@ func TestVMDummyDeviceUpWithoutLinkLocal(t *testing.T) {
 		if l.Type() != "dummy" {
 			t.Errorf("link type %q, want dummy", l.Type())
 		}
-		if l.Attrs().Flags&net.FlagUp == 0 {
-			t.Errorf("%s is not up", DefaultDummyDevice)
+		if l.Attrs().Flags&net.FlagUp != 0 {
+			t.Errorf("%s is up, want it down as upstream leaves it", DefaultDummyDevice)
 		}
 		addrs, err := vnl.AddrList(l, unix.AF_UNSPEC)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if len(addrs) != 0 {
-			t.Errorf("fresh %s has addresses %v, want none (IPv6 address generation off)", DefaultDummyDevice, addrs)
+			t.Errorf("fresh %s has addresses %v, want none", DefaultDummyDevice, addrs)
 		}
-		// A down device (as upstream leaves it) is brought up by Ensure.
-		if err := vnl.LinkSetDown(l); err != nil {
+		if err := vnl.LinkSetUp(l); err != nil {
 			t.Fatal(err)
 		}
 		if existed, err := c.EnsureDummyDevice(ctx, DefaultDummyDevice); err != nil || !existed {
-			t.Fatalf("EnsureDummyDevice on an existing down link = %v, %v", existed, err)
+			t.Fatalf("EnsureDummyDevice on an existing link = %v, %v", existed, err)
 		}
 		if l, err = vnl.LinkByName(DefaultDummyDevice); err != nil || l.Attrs().Flags&net.FlagUp == 0 {
-			t.Errorf("%s not brought up again (err %v)", DefaultDummyDevice, err)
+			t.Errorf("%s: an existing up link was changed (err %v)", DefaultDummyDevice, err)
+		}
+	})
+}
+
+// TestVMServiceAddressOnDownDummy: an address bound to the down kube-ipvs0 is a
+// local address the node accepts connections on, in both families; this is what
+// lets IPVS (at LOCAL_IN) see packets to a ClusterIP.
+func TestVMServiceAddressOnDownDummy(t *testing.T) {
+	netns.Run(t, func(t *testing.T) {
+		c, err := New()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		ctx := context.Background()
+		if _, err := c.EnsureDummyDevice(ctx, DefaultDummyDevice); err != nil {
+			t.Fatal(err)
+		}
+		for _, s := range []string{"10.96.0.7", "fd00:96::7"} {
+			ip := net.ParseIP(s)
+			if _, err := c.EnsureAddressBind(ctx, ip, DefaultDummyDevice); err != nil {
+				t.Fatal(err)
+			}
+			routes, err := vnl.RouteGet(ip)
+			if err != nil {
+				t.Fatalf("route to %s: %v", s, err)
+			}
+			if len(routes) == 0 || routes[0].Type != unix.RTN_LOCAL {
+				t.Errorf("route to %s = %+v, want a local route", s, routes)
+			}
+			addr := net.JoinHostPort(s, "8080")
+			ln, err := net.Listen("tcp", addr)
+			if err != nil {
+				t.Errorf("listening on %s bound to the down %s: %v", addr, DefaultDummyDevice, err)
+				continue
+			}
+			go func() {
+				if conn, err := ln.Accept(); err == nil {
+					conn.Close()
+				}
+			}()
+			conn, err := net.DialTimeout("tcp", addr, 5*time.Second)
+			if err != nil {
+				t.Errorf("connecting to %s: %v", addr, err)
+			} else {
+				conn.Close()
+			}
+			ln.Close()
+		}
+		l, err := vnl.LinkByName(DefaultDummyDevice)
+		if err != nil || l.Attrs().Flags&net.FlagUp != 0 {
+			t.Errorf("%s is up after binding addresses (err %v)", DefaultDummyDevice, err)
 		}
 	})
 }
@@ -81,8 +136,8 @@ func TestVMAddressContractOnDummy(t *testing.T) {
 			t.Fatal(err)
 		}
 		checkAddressContract(t, c, DefaultDummyDevice)
-		// A service address bound to the up dummy device is a local address: the
-		// kernel routes it to the host (table local), which IPVS needs.
+		// A service address bound to the (down) dummy device is a local address:
+		// the kernel routes it to the host (table local), which IPVS needs.
 		for _, s := range []string{"10.96.0.7", "fd00:96::7"} {
 			if _, err := c.EnsureAddressBind(ctx, net.ParseIP(s), DefaultDummyDevice); err != nil {
 				t.Fatal(err)
