@@ -203,31 +203,6 @@ func countServing(eps []*Endpoint) int {
 	return n
 }
 
-// LocalReadyEndpoints counts, per Service, the distinct IPs of ready endpoints on this
-// node (what the eTP=Local health check reports). An IP serving several ports counts
-// once.
-func (em EndpointsMap) LocalReadyEndpoints() map[types.NamespacedName]int {
-	ips := make(map[types.NamespacedName]sets.Set[string])
-	for spn, eps := range em {
-		for _, ep := range eps {
-			// Terminating endpoints may still serve, but a node with only those
-			// should fail its health check so the load balancer drains it.
-			if !ep.IsLocal || !ep.Ready {
-				continue
-			}
-			if ips[spn.NamespacedName] == nil {
-				ips[spn.NamespacedName] = sets.New[string]()
-			}
-			ips[spn.NamespacedName].Insert(ep.IP)
-		}
-	}
-	counts := make(map[types.NamespacedName]int, len(ips))
-	for svc, set := range ips {
-		counts[svc] = set.Len()
-	}
-	return counts
-}
-
 func sortServiceEndpoints(s []ServiceEndpoint) {
 	slices.SortFunc(s, func(a, b ServiceEndpoint) int {
 		return cmp.Or(cmp.Compare(a.ServicePortName.String(), b.ServicePortName.String()),
@@ -240,4 +215,12 @@ func sortServicePortNames(s []ServicePortName) {
 	slices.SortFunc(s, func(a, b ServicePortName) int {
 		return cmp.Or(cmp.Compare(a.String(), b.String()), cmp.Compare(a.Protocol, b.Protocol))
 	})
+}
+
+// addressTypeOf is the EndpointSlice address type holding family's addresses.
+func addressTypeOf(family v1.IPFamily) discovery.AddressType {
+	if family == v1.IPv6Protocol {
+		return discovery.AddressTypeIPv6
+	}
+	return discovery.AddressTypeIPv4
 }

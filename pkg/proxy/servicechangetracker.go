@@ -133,17 +133,6 @@ func (sm ServicePortMap) Update(sct *ServiceChangeTracker) UpdateServiceMapResul
 	return result
 }
 
-// HealthCheckNodePorts maps each Service with a health check node port to it.
-func (sm ServicePortMap) HealthCheckNodePorts() map[types.NamespacedName]uint16 {
-	ports := make(map[types.NamespacedName]uint16)
-	for name, info := range sm {
-		if info.HealthCheckNodePort != 0 {
-			ports[name.NamespacedName] = uint16(info.HealthCheckNodePort)
-		}
-	}
-	return ports
-}
-
 // addrOf converts without allocating; ServicePortInfo IPs are canonical, so equal
 // IPs give equal Addrs.
 func addrOf(ip net.IP) netip.Addr {

@@ -206,19 +206,3 @@ func TestServiceChangeTrackerEventsOnlyForCurrent(t *testing.T) {
 		t.Fatalf("want one event for the new object, got %q", got)
 	}
 }
-
-func TestHealthCheckNodePorts(t *testing.T) {
-	lb := makeService("lb", svcType(v1.ServiceTypeLoadBalancer), ports(tcpPort("a", 80), tcpPort("b", 443)), func(s *v1.Service) {
-		s.Spec.ExternalTrafficPolicy = v1.ServiceExternalTrafficPolicyLocal
-		s.Spec.HealthCheckNodePort = 32001
-	})
-	sct := NewServiceChangeTracker(v1.IPv4Protocol, nil)
-	sct.Update(nil, lb)
-	sct.Update(nil, makeService("plain"))
-	sm := make(ServicePortMap)
-	sm.Update(sct)
-	want := map[types.NamespacedName]uint16{nsn("lb"): 32001}
-	if diff := cmp.Diff(want, sm.HealthCheckNodePorts()); diff != "" {
-		t.Fatalf("(-want +got):\n%s", diff)
-	}
-}

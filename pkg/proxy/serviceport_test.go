@@ -468,29 +468,3 @@ func TestServicePortPolicies(t *testing.T) {
 		})
 	}
 }
-
-func TestServiceConcernsFamily(t *testing.T) {
-	testCases := []struct {
-		name   string
-		svc    *v1.Service
-		v4, v6 bool
-	}{
-		{"nil", nil, false, false},
-		{"IPv4", makeService("a"), true, false},
-		{"IPv6", makeService("a", clusterIPs("fd00:10::1")), false, true},
-		{"dual-stack", makeService("a", clusterIPs("fd00:10::1", "10.0.0.1")), true, true},
-		{"headless", makeService("a", clusterIPs(v1.ClusterIPNone)), false, false},
-		{"external name", makeService("a", svcType(v1.ServiceTypeExternalName)), false, false},
-		{"legacy field", makeService("a", func(s *v1.Service) { s.Spec.ClusterIPs = nil }), true, false},
-	}
-	for _, tc := range testCases {
-		t.Run(tc.name, func(t *testing.T) {
-			if got := ServiceConcernsFamily(tc.svc, v1.IPv4Protocol); got != tc.v4 {
-				t.Errorf("IPv4 = %v, want %v", got, tc.v4)
-			}
-			if got := ServiceConcernsFamily(tc.svc, v1.IPv6Protocol); got != tc.v6 {
-				t.Errorf("IPv6 = %v, want %v", got, tc.v6)
-			}
-		})
-	}
-}

@@ -15,11 +15,6 @@ import (
 	"k8s.io/klog/v2"
 )
 
-// ProxiedObjectsLabelSelector selects the Services and EndpointSlices kube-proxy
-// handles: those not claimed by another service proxy and not headless (upstream's
-// informer selector).
-const ProxiedObjectsLabelSelector = "!service.kubernetes.io/service-proxy-name,!service.kubernetes.io/headless"
-
 // fanout is a list of handlers that may be added to while events are delivered.
 type fanout[H any] struct {
 	mu       sync.RWMutex

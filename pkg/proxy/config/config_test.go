@@ -11,7 +11,6 @@ import (
 	v1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/tools/cache"
@@ -283,24 +282,4 @@ func TestWrongObjectTypesAreIgnored(t *testing.T) {
 	nc.handleAdd(service("cross", "10.0.0.1"))
 	sc.handleAdd(slice("cross"))
 	r.wantNone(t)
-}
-
-func TestProxiedObjectsLabelSelector(t *testing.T) {
-	sel, err := labels.Parse(ProxiedObjectsLabelSelector)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, tc := range []struct {
-		labels map[string]string
-		want   bool
-	}{
-		{nil, true},
-		{map[string]string{discovery.LabelServiceName: "svc"}, true},
-		{map[string]string{"service.kubernetes.io/service-proxy-name": "other-proxy"}, false},
-		{map[string]string{"service.kubernetes.io/headless": ""}, false},
-	} {
-		if got := sel.Matches(labels.Set(tc.labels)); got != tc.want {
-			t.Errorf("labels %v: matches = %v, want %v", tc.labels, got, tc.want)
-		}
-	}
 }

@@ -36,20 +36,13 @@ type proxyHealthChecker interface {
 	Health() ProxyHealth
 }
 
-// NewServiceHealthServer returns a ServiceHealthServer for a single-stack node, or
-// one shared by both families. listenIPs are the addresses to listen on (those
-// matching nodePortAddresses); nil listens on every address of either family.
-// healthzServer's Health (without node eligibility, as upstream) sets
-// serviceProxyHealthy; nil counts as healthy. recorder may be nil.
-func NewServiceHealthServer(hostname string, recorder events.EventRecorder, listenIPs []net.IP, healthzServer *ProxyHealthServer) ServiceHealthServer {
-	return NewServiceHealthServerForFamily(hostname, recorder, "", listenIPs, healthzServer)
-}
-
 // NewServiceHealthServerForFamily returns the ServiceHealthServer of one family's
 // proxier, as upstream runs one per family on dual-stack nodes: with nil listenIPs
 // it listens on 0.0.0.0 (tcp4) or [::] (tcp6, v6-only), so the two families can
-// serve the same healthCheckNodePort side by side. An empty family behaves as
-// NewServiceHealthServer.
+// serve the same healthCheckNodePort side by side. listenIPs are the addresses
+// to listen on (those matching nodePortAddresses). healthzServer's Health
+// (without node eligibility, as upstream) sets serviceProxyHealthy; nil counts as
+// healthy. recorder may be nil.
 func NewServiceHealthServerForFamily(hostname string, recorder events.EventRecorder, family v1.IPFamily, listenIPs []net.IP, healthzServer *ProxyHealthServer) ServiceHealthServer {
 	var checker proxyHealthChecker = alwaysHealthy{}
 	if healthzServer != nil {

@@ -495,12 +495,12 @@ func TestFakeServiceHealthServer(t *testing.T) {
 	}
 }
 
-func TestNewServiceHealthServerNilHealthzCountsAsHealthy(t *testing.T) {
-	hcs := NewServiceHealthServer("node-a", nil, nil, nil).(*serviceHealthServer)
+func TestServiceHealthServerNilHealthzCountsAsHealthy(t *testing.T) {
+	hcs := NewServiceHealthServerForFamily("node-a", nil, v1.IPv4Protocol, nil, nil).(*serviceHealthServer)
 	if !hcs.health.Health().Healthy {
 		t.Errorf("nil healthzServer: proxy reported unhealthy")
 	}
-	if diff := cmp.Diff([]listenAddress{{"tcp", net.IPv4zero}}, hcs.addresses, cmp.AllowUnexported(listenAddress{})); diff != "" {
+	if diff := cmp.Diff([]listenAddress{{"tcp4", net.IPv4zero}}, hcs.addresses, cmp.AllowUnexported(listenAddress{})); diff != "" {
 		t.Errorf("addresses (-want +got):\n%s", diff)
 	}
 }
