@@ -225,6 +225,13 @@ func (b *servicePortBuilder) loadBalancerSourceRanges() []*net.IPNet {
 		if cidrFamilyOf(cidr) != b.family || seen.Has(cidr.String()) {
 			continue
 		}
+		if ones, _ := cidr.Mask.Size(); ones == 0 {
+			// A range holding every address means "everyone may connect": no filter at
+			// all, as upstream programs it (the address goes in KUBE-LOAD-BALANCER only).
+			// ipset could not hold it anyway: hash:ip,port,net refuses a /0.
+			b.logger.V(4).Info("Load balancer source range allows every address; not filtering", "range", s)
+			return nil
+		}
 		seen.Insert(cidr.String())
 		out = append(out, cidr)
 	}

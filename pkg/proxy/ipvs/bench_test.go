@@ -84,14 +84,14 @@ func (k *benchKernel) resetCounters() {
 	k.nl.ResetOps()
 }
 
-// kernelOps counts what reached the kernel since the last reset: one per IPVS
+// kernelOpCounts counts what reached the kernel since the last reset: one per IPVS
 // netlink call, per ipset entry or header changed (each is one netlink message inside
 // the restore batch), per iptables-restore and per address netlink call (the
 // per-sync node address dump included).
-type kernelOps struct{ ipvs, ipset, iptables, netlink int }
+type kernelOpCounts struct{ ipvs, ipset, iptables, netlink int }
 
-func (k *benchKernel) ops() kernelOps {
-	var o kernelOps
+func (k *benchKernel) ops() kernelOpCounts {
+	var o kernelOpCounts
 	for _, n := range k.ipvs.Ops() {
 		o.ipvs += n
 	}
@@ -104,7 +104,7 @@ func (k *benchKernel) ops() kernelOps {
 	return o
 }
 
-func (o kernelOps) total() int { return o.ipvs + o.ipset + o.iptables + o.netlink }
+func (o kernelOpCounts) total() int { return o.ipvs + o.ipset + o.iptables + o.netlink }
 
 // newBenchProxier is newTestEnv for benchmarks: the same node and options over k.
 func newBenchProxier(b *testing.B, k *benchKernel, clk *testingclock.FakeClock) *Proxier {
@@ -245,7 +245,7 @@ func BenchmarkFullSyncResync(b *testing.B) {
 			c := cluster.New(cluster.Spec{Services: n, EndpointsPerService: benchEndpointsPerService})
 			p, k, clk := startSteady(b, c)
 			runtime.GC()
-			var ops kernelOps
+			var ops kernelOpCounts
 			b.ReportAllocs()
 			b.ResetTimer()
 			for range b.N {
@@ -281,7 +281,7 @@ func BenchmarkOneEndpointChange(b *testing.B) {
 			c := cluster.New(cluster.Spec{Services: n, EndpointsPerService: benchEndpointsPerService})
 			p, k, _ := startSteady(b, c)
 			runtime.GC()
-			var sum kernelOps
+			var sum kernelOpCounts
 			maxOps := 0
 			maxServices := 0
 			b.ReportAllocs()

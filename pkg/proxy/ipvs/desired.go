@@ -3,10 +3,12 @@ package ipvs
 import (
 	"cmp"
 	"net"
+	"net/netip"
 	"slices"
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -39,6 +41,10 @@ type buildContext struct {
 	// so their connections finish (kubernetes#57841). Off on kernels where weight 0 does
 	// not stop port reuse from landing on them (conn_reuse_mode, kubernetes#81775).
 	drainTerminating bool
+	// clusterOwner maps every ClusterIP virtual server key to its Service: an external or
+	// LoadBalancer address of another Service that collides with one is not programmed
+	// (a Service's own ClusterIP wins; the CVE-2020-8554 class of hijack).
+	clusterOwner map[vsKey]types.NamespacedName
 }
 
 // serviceState is the desired kernel state of every port of one Service. It is built by
@@ -53,6 +59,20 @@ type serviceState struct {
 	localEndpoints      int
 	noLocalInternal     bool
 	noLocalExternal     bool
+	// refused lists the values that are not programmed, for one Event each.
+	refused []refusal
+	// externalKeys are the keys of every external and LoadBalancer virtual server the
+	// Service asks for (refused ones included), so that a ClusterIP appearing or
+	// vanishing on one of them rebuilds it.
+	externalKeys []vsKey
+}
+
+// refusal is one value of a Service (or of its endpoints) that is not programmed.
+type refusal struct {
+	field  string
+	value  string
+	reason string
+	since  time.Time
 }
 
 // desiredVS is one virtual server with the real servers it should have.
@@ -92,6 +112,12 @@ func buildServiceState(bc *buildContext, ports []servicePort) *serviceState {
 	for _, sp := range ports {
 		buildServicePort(bc, sp, st, vss, entries, bind, outFilter)
 	}
+	slices.SortFunc(st.refused, func(a, b refusal) int {
+		return cmp.Or(strings.Compare(a.field, b.field), strings.Compare(a.value, b.value))
+	})
+	st.refused = slices.CompactFunc(st.refused, func(a, b refusal) bool { return a.field == b.field && a.value == b.value })
+	slices.SortFunc(st.externalKeys, compareVSKeys)
+	st.externalKeys = slices.Compact(st.externalKeys)
 
 	st.virtualServers = make([]*desiredVS, 0, len(vss))
 	for _, d := range vss {
@@ -114,6 +140,23 @@ func buildServicePort(bc *buildContext, sp servicePort, st *serviceState, vss ma
 	entries sets.Set[setEntry], bind sets.Set[string], outFilter sets.Set[string]) {
 	svc := sp.info
 	proto := strings.ToLower(string(svc.Protocol))
+
+	// Endpoints IPVS cannot use as destinations are left out (the kernel refuses a
+	// multicast or broadcast real server with EINVAL; the others cannot be reached).
+	endpoints := sp.endpoints
+	for i, ep := range sp.endpoints {
+		if reason := unusableEndpoint(ep.IP); reason != "" {
+			st.refused = append(st.refused, refusal{field: "endpoint", value: ep.IP, reason: reason})
+			if len(endpoints) == len(sp.endpoints) {
+				endpoints = slices.Clone(sp.endpoints[:i])
+			}
+			continue
+		}
+		if len(endpoints) != len(sp.endpoints) {
+			endpoints = append(endpoints, ep)
+		}
+	}
+	sp.endpoints = endpoints
 
 	// Hairpin: a local endpoint reaching itself through the service is masqueraded.
 	for _, ep := range sp.endpoints {
@@ -161,8 +204,29 @@ func buildServicePort(bc *buildContext, sp servicePort, st *serviceState, vss ma
 		vss[k] = &desiredVS{port: sp.name, vs: vs, key: k, realServers: realServersFor(bc, svc, eps, sp.endpoints, local)}
 	}
 
+	self := sp.name.NamespacedName
+	// usableVIP refuses an address no virtual server can serve, and an external or LB
+	// address:port that is another Service's ClusterIP:port.
+	usableVIP := func(field string, ip net.IP, port int, external bool) bool {
+		if reason := unusableAddress(ip); reason != "" {
+			st.refused = append(st.refused, refusal{field: field, value: ip.String(), reason: reason})
+			return false
+		}
+		if !external {
+			return true
+		}
+		k := makeVSKey(string(svc.Protocol), ip, uint16(port))
+		st.externalKeys = append(st.externalKeys, k)
+		if owner, ok := bc.clusterOwner[k]; ok && owner != self {
+			st.refused = append(st.refused, refusal{field: field, value: ip.String() + " " + strconv.Itoa(port) + "/" + string(svc.Protocol),
+				reason: "it is the ClusterIP and port of Service " + owner.String()})
+			return false
+		}
+		return true
+	}
+
 	// ClusterIP.
-	if svc.ClusterIP != nil {
+	if svc.ClusterIP != nil && usableVIP("clusterIP", svc.ClusterIP, svc.Port, false) {
 		entries.Insert(setEntry{setClusterIP, ipPortEntry(svc.ClusterIP.String(), proto, svc.Port)})
 		addVS(newVS(svc.ClusterIP, svc.Port), svc.InternalPolicyLocal, true)
 		bind.Insert(svc.ClusterIP.String())
@@ -170,6 +234,9 @@ func buildServicePort(bc *buildContext, sp servicePort, st *serviceState, vss ma
 
 	// externalIPs.
 	for _, ip := range svc.ExternalIPs {
+		if !usableVIP("externalIPs", ip, svc.Port, true) {
+			continue
+		}
 		e := ipPortEntry(ip.String(), proto, svc.Port)
 		if svc.ExternalPolicyLocal {
 			entries.Insert(setEntry{setExternalIPLocal, e})
@@ -184,6 +251,9 @@ func buildServicePort(bc *buildContext, sp servicePort, st *serviceState, vss ma
 
 	// LoadBalancer ingress addresses.
 	for _, ip := range svc.LoadBalancerVIPs {
+		if !usableVIP("status.loadBalancer.ingress", ip, svc.Port, true) {
+			continue
+		}
 		e := ipPortEntry(ip.String(), proto, svc.Port)
 		entries.Insert(setEntry{setLoadBalancer, e})
 		if svc.ExternalPolicyLocal {
@@ -302,4 +372,41 @@ func ipPortNetEntry(ip, proto string, port int, cidr *net.IPNet) string {
 		net += "/" + strconv.Itoa(ones)
 	}
 	return ipPortEntry(ip, proto, port) + "," + net
+}
+
+// unusableAddress says why a service address (ClusterIP, external or LoadBalancer IP)
+// cannot be programmed, or "" if it can: the kernel refuses to bind some of them to
+// kube-ipvs0 or to put them in a set (IPv6 multicast, 0.0.0.0), and none of them is an
+// address a client can reach a Service on.
+func unusableAddress(ip net.IP) string {
+	a, ok := netip.AddrFromSlice(ip)
+	if !ok {
+		return "not an IP address"
+	}
+	return unusableReason(a.Unmap())
+}
+
+// unusableEndpoint is unusableAddress for an endpoint's canonical address text.
+func unusableEndpoint(ip string) string {
+	a, err := netip.ParseAddr(ip)
+	if err != nil {
+		return "not an IP address"
+	}
+	return unusableReason(a.Unmap())
+}
+
+func unusableReason(a netip.Addr) string {
+	switch {
+	case a.IsUnspecified():
+		return "unspecified address"
+	case a.IsMulticast():
+		return "multicast address"
+	case a.Is4() && a == netip.AddrFrom4([4]byte{255, 255, 255, 255}):
+		return "broadcast address"
+	case a.IsLoopback():
+		return "loopback address"
+	case a.IsLinkLocalUnicast():
+		return "link-local address"
+	}
+	return ""
 }

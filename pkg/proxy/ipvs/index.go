@@ -1,6 +1,10 @@
 package ipvs
 
 import (
+	"cmp"
+	"slices"
+	"strings"
+
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
 )
@@ -198,4 +202,45 @@ func (ix *desiredIndex) allTouched() *touched {
 	}
 	t.outFilter, t.health = true, true
 	return t
+}
+
+// The owners of an object, for reporting a write the kernel refused. They are found by
+// scanning every Service: this runs only on failures.
+
+func (ix *desiredIndex) ownersOfEntry(e setEntry) []types.NamespacedName {
+	return ix.owners(func(st *serviceState) bool {
+		if e.set == setIPVSIPs {
+			_, ok := slices.BinarySearch(st.bindAddrs, e.entry)
+			return ok
+		}
+		_, ok := slices.BinarySearchFunc(st.setEntries, e, func(x, y setEntry) int {
+			return cmp.Or(strings.Compare(x.set, y.set), strings.Compare(x.entry, y.entry))
+		})
+		return ok
+	})
+}
+
+func (ix *desiredIndex) ownersOfAddr(a string) []types.NamespacedName {
+	return ix.owners(func(st *serviceState) bool {
+		_, ok := slices.BinarySearch(st.bindAddrs, a)
+		return ok
+	})
+}
+
+func (ix *desiredIndex) ownersOfOutRule(r string) []types.NamespacedName {
+	return ix.owners(func(st *serviceState) bool {
+		_, ok := slices.BinarySearch(st.outFilterRules, r)
+		return ok
+	})
+}
+
+func (ix *desiredIndex) owners(has func(*serviceState) bool) []types.NamespacedName {
+	var out []types.NamespacedName
+	for name, st := range ix.services {
+		if has(st) {
+			out = append(out, name)
+		}
+	}
+	slices.SortFunc(out, func(a, b types.NamespacedName) int { return strings.Compare(a.String(), b.String()) })
+	return out
 }

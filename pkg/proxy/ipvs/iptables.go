@@ -99,7 +99,6 @@ type rulesInput struct {
 	localDetectorArgs []string
 	masqueradeMark    string // e.g. 0x004000
 	outFilterRules    []string
-	randomFully       bool
 }
 
 func q(s string) string { return `"` + s + `"` }
@@ -205,11 +204,8 @@ func buildIPTablesRules(in *rulesInput) []byte {
 	fmt.Fprintf(&nat, "-A %s -m mark ! --mark %s/%s -j RETURN\n", chainPostrouting, mark, mark)
 	// Clear the mark so a packet that traverses the stack again is not masqueraded twice.
 	fmt.Fprintf(&nat, "-A %s -j MARK --xor-mark %s\n", chainPostrouting, mark)
-	fmt.Fprintf(&nat, "-A %s -m comment --comment %s -j MASQUERADE", chainPostrouting, q(masqueradeComment))
-	if in.randomFully {
-		nat.WriteString(" --random-fully")
-	}
-	nat.WriteString("\n")
+	// Every supported iptables has --random-fully (1.6.2+); upstream adds it when present.
+	fmt.Fprintf(&nat, "-A %s -m comment --comment %s -j MASQUERADE --random-fully\n", chainPostrouting, q(masqueradeComment))
 	fmt.Fprintf(&nat, "-A %s -j MARK --or-mark %s\n", chainMarkMasq, mark)
 
 	nat.WriteString("COMMIT\n")
@@ -231,3 +227,16 @@ func joinArgs(args []string) string {
 
 // masqueradeMarkFor formats the mark bit as upstream does (0x004000 for bit 14).
 func masqueradeMarkFor(bit int) string { return fmt.Sprintf("%#08x", 1<<uint(bit)) }
+
+// iptablesRules is the text of our chains with the given KUBE-IPVS-OUT-FILTER rules.
+func (p *Proxier) iptablesRules(outRules []string) []byte {
+	return buildIPTablesRules(&rulesInput{
+		family:            p.opts.IPFamily,
+		names:             p.names,
+		setEmpty:          p.index.setEmpty,
+		masqueradeAll:     p.opts.MasqueradeAll,
+		localDetectorArgs: p.opts.LocalDetectorArgs,
+		masqueradeMark:    masqueradeMarkFor(p.opts.MasqueradeBit),
+		outFilterRules:    outRules,
+	})
+}

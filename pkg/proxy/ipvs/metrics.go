@@ -26,17 +26,10 @@ func observeSync(family v1.IPFamily, full bool, elapsed time.Duration, stats Syn
 		metrics.SyncPartialProxyRulesLatency.WithLabelValues(fam).Observe(elapsed.Seconds())
 	}
 	metrics.SyncsTotal.WithLabelValues(syncType).Inc()
-	if stats.IPVSOps > 0 {
-		metrics.KernelOperationsTotal.WithLabelValues(metrics.SubsystemIPVS, syncType).Add(float64(stats.IPVSOps))
-	}
-	if stats.IPSetOps > 0 {
-		metrics.KernelOperationsTotal.WithLabelValues(metrics.SubsystemIPSet, syncType).Add(float64(stats.IPSetOps))
-	}
-	if stats.AddressOps > 0 {
-		metrics.KernelOperationsTotal.WithLabelValues(metrics.SubsystemNetlink, syncType).Add(float64(stats.AddressOps))
-	}
-	if stats.IPTablesWrite {
-		metrics.KernelOperationsTotal.WithLabelValues(metrics.SubsystemIPTables, syncType).Inc()
+	for op, n := range stats.ops {
+		if n > 0 {
+			metrics.KernelOperationsTotal.WithLabelValues(kernelOps[op].subsystem, kernelOps[op].operation).Add(float64(n))
+		}
 	}
 	if err != nil {
 		metrics.SyncFailuresTotal.Inc()
@@ -50,6 +43,45 @@ func observeSync(family v1.IPFamily, full bool, elapsed time.Duration, stats Syn
 		}
 	}
 	metrics.SyncProxyRulesLastTimestamp.WithLabelValues(fam).SetToCurrentTime()
+}
+
+// kernelOp is one kind of request sent across the kernel boundary, counted in
+// kubeproxy_ipvs_kernel_operations_total.
+type kernelOp int
+
+const (
+	opAddVirtualServer kernelOp = iota
+	opUpdateVirtualServer
+	opDeleteVirtualServer
+	opAddRealServer
+	opUpdateRealServer
+	opDeleteRealServer
+	opDumpIPVS
+	opIPSetRestore
+	opIPSetSave
+	opIPTablesRestore
+	opIPTablesEnsureRule
+	opBindAddress
+	opUnbindAddress
+	opDumpAddresses
+	numKernelOps
+)
+
+var kernelOps = [numKernelOps]struct{ subsystem, operation string }{
+	opAddVirtualServer:    {metrics.SubsystemIPVS, "add_virtual_server"},
+	opUpdateVirtualServer: {metrics.SubsystemIPVS, "update_virtual_server"},
+	opDeleteVirtualServer: {metrics.SubsystemIPVS, "delete_virtual_server"},
+	opAddRealServer:       {metrics.SubsystemIPVS, "add_real_server"},
+	opUpdateRealServer:    {metrics.SubsystemIPVS, "update_real_server"},
+	opDeleteRealServer:    {metrics.SubsystemIPVS, "delete_real_server"},
+	opDumpIPVS:            {metrics.SubsystemIPVS, "dump"},
+	opIPSetRestore:        {metrics.SubsystemIPSet, "restore"},
+	opIPSetSave:           {metrics.SubsystemIPSet, "save"},
+	opIPTablesRestore:     {metrics.SubsystemIPTables, "restore"},
+	opIPTablesEnsureRule:  {metrics.SubsystemIPTables, "ensure_rule"},
+	opBindAddress:         {metrics.SubsystemNetlink, "bind_address"},
+	opUnbindAddress:       {metrics.SubsystemNetlink, "unbind_address"},
+	opDumpAddresses:       {metrics.SubsystemNetlink, "dump"},
 }
 
 func observeIPTablesFailure(family v1.IPFamily) {
@@ -69,8 +101,16 @@ func observeNoLocal(family v1.IPFamily, internal, external int) {
 	metrics.SyncProxyRulesNoLocalEndpointsTotal.WithLabelValues(metrics.TrafficPolicyExternal, string(family)).Set(float64(external))
 }
 
-func observeDraining(_ v1.IPFamily, n int) {
-	metrics.GracefulTerminationPending.Set(float64(n))
+func observeDraining(family v1.IPFamily, n int) {
+	metrics.GracefulTerminationPending.WithLabelValues(string(family)).Set(float64(n))
+}
+
+// observeHeldBack sets the held-back gauge of every reason (0 for the absent ones, so a
+// cleared reason does not keep its last value).
+func observeHeldBack(family v1.IPFamily, counts map[string]int) {
+	for _, reason := range heldBackReasons {
+		metrics.HeldBackObjects.WithLabelValues(string(family), reason).Set(float64(counts[reason]))
+	}
 }
 
 func observeConntrackDeleted(family v1.IPFamily, n int) {

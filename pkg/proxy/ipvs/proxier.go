@@ -108,6 +108,7 @@ type Proxier struct {
 	// portsMu guards portsByService, which handlers update.
 	portsMu        sync.Mutex
 	portsByService map[types.NamespacedName][]proxy.ServicePortName // unique
+	serviceUIDs    map[types.NamespacedName]types.UID               // for Events
 
 	mu                   sync.Mutex // guards everything below
 	svcPortMap           proxy.ServicePortMap
@@ -119,18 +120,27 @@ type Proxier struct {
 	initialized          atomic.Bool
 	syncRunner           *async.BoundedFrequencyRunner
 
-	names       setNames
-	reverse     map[string]string // family set name -> base name
-	index       *desiredIndex
-	builtPorts  map[types.NamespacedName][]proxy.ServicePortName
-	bc          buildContext
-	applied     *appliedState // nil: unknown, the next sync reads the kernel
-	needFull    bool
-	lastFull    time.Time
-	draining    map[drainKey]int64 // TCP real servers at weight 0 whose endpoint is gone -> deadline (unix ns)
-	retryDelay  time.Duration
-	hcSynced    bool
-	randomFully bool
+	names      setNames
+	reverse    map[string]string // family set name -> base name
+	index      *desiredIndex
+	builtPorts map[types.NamespacedName][]proxy.ServicePortName
+	bc         buildContext
+	applied    *appliedState // nil: unknown, the next sync reads the kernel
+	needFull   bool
+	lastFull   time.Time
+	draining   map[drainKey]int64 // TCP real servers at weight 0 whose endpoint is gone -> deadline (unix ns)
+	retryDelay time.Duration
+	hcSynced   bool
+
+	// Failure isolation: objects the kernel refused, retried with backoff; values not
+	// programmed at all; the ClusterIP keys external addresses must not take.
+	retries      map[retryKey]*retryState
+	retryWait    time.Duration
+	refusals     map[types.NamespacedName][]refusal
+	clusterKeys  map[types.NamespacedName][]vsKey
+	extKeys      map[types.NamespacedName][]vsKey
+	extClaims    map[vsKey]sets.Set[types.NamespacedName]
+	heldBackView heldBackView
 
 	// stats of the last sync, for tests and metrics
 	lastSync SyncStats
@@ -144,11 +154,17 @@ type SyncStats struct {
 	IPSetOps      int
 	AddressOps    int
 	IPTablesWrite bool
+	// Failed counts the writes the kernel refused (their objects are held back).
+	Failed int
 	// DriftCheck marks a periodic full sync over a state believed correct: the
 	// operations it issues repair drift.
 	DriftCheck bool
 	Err        error
+	// ops counts the requests sent to the kernel, by kind.
+	ops [numKernelOps]int
 }
+
+func (s *SyncStats) count(op kernelOp) { s.ops[op]++ }
 
 var _ proxy.Provider = &Proxier{}
 
@@ -196,7 +212,12 @@ func NewProxier(ctx context.Context, opts Options, kernel Kernel, clk clock.Cloc
 		builtPorts:       map[types.NamespacedName][]proxy.ServicePortName{},
 		needFull:         true,
 		draining:         map[drainKey]int64{},
-		randomFully:      true,
+		serviceUIDs:      map[types.NamespacedName]types.UID{},
+		retries:          map[retryKey]*retryState{},
+		refusals:         map[types.NamespacedName][]refusal{},
+		clusterKeys:      map[types.NamespacedName][]vsKey{},
+		extKeys:          map[types.NamespacedName][]vsKey{},
+		extClaims:        map[vsKey]sets.Set[types.NamespacedName]{},
 	}
 	p.reverse = make(map[string]string, len(p.names))
 	for base, n := range p.names {
@@ -209,6 +230,7 @@ func NewProxier(ctx context.Context, opts Options, kernel Kernel, clk clock.Cloc
 		scheduler:        opts.Scheduler,
 		localAddrs:       sets.New[string](),
 		drainTerminating: !oldKernel,
+		clusterOwner:     map[vsKey]types.NamespacedName{},
 	}
 	p.syncRunner = async.NewBoundedFrequencyRunnerWithClock("sync-runner", p.syncProxyRules, opts.MinSyncPeriod, opts.SyncPeriod, 2, clk)
 	return p, nil
@@ -327,15 +349,23 @@ func (p *Proxier) recordPorts(oldService, service *v1.Service) {
 	defer p.portsMu.Unlock()
 	if service == nil {
 		if oldService != nil {
-			delete(p.portsByService, types.NamespacedName{Namespace: oldService.Namespace, Name: oldService.Name})
+			name := types.NamespacedName{Namespace: oldService.Namespace, Name: oldService.Name}
+			delete(p.portsByService, name)
+			delete(p.serviceUIDs, name)
 		}
 		return
 	}
 	name := types.NamespacedName{Namespace: service.Namespace, Name: service.Name}
+	p.serviceUIDs[name] = service.UID
 	ports := make([]proxy.ServicePortName, 0, len(service.Spec.Ports))
 	for i := range service.Spec.Ports {
 		sp := &service.Spec.Ports[i]
-		spn := proxy.ServicePortName{NamespacedName: name, Port: sp.Name, Protocol: sp.Protocol}
+		protocol := sp.Protocol
+		if protocol == "" {
+			// As the service tracker reads it: the API server's default.
+			protocol = v1.ProtocolTCP
+		}
+		spn := proxy.ServicePortName{NamespacedName: name, Port: sp.Name, Protocol: protocol}
 		if !slices.Contains(ports, spn) {
 			ports = append(ports, spn)
 		}
@@ -384,12 +414,14 @@ func (p *Proxier) syncProxyRules() {
 	if full {
 		p.lastFull = start
 	}
-	if len(p.draining) > 0 {
-		p.syncRunner.RetryAfter(drainCheckInterval)
+	if wait := p.retryWaitOrDrain(); wait > 0 {
+		p.syncRunner.RetryAfter(wait)
 	}
+	// The sync completed: objects held back do not make the node unhealthy (they are
+	// counted in kubeproxy_ipvs_held_back_objects and listed on the debug endpoint).
 	if p.opts.HealthzServer != nil {
 		p.opts.HealthzServer.Updated(p.opts.IPFamily)
 	}
 	p.logger.V(4).Info("syncProxyRules complete", "elapsed", elapsed, "full", full, "services", stats.Services,
-		"ipvsOps", stats.IPVSOps, "ipsetOps", stats.IPSetOps)
+		"ipvsOps", stats.IPVSOps, "ipsetOps", stats.IPSetOps, "failed", stats.Failed)
 }

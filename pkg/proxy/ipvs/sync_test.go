@@ -76,16 +76,96 @@ func TestIncrementalSyncIsProportionalToChange(t *testing.T) {
 	}
 }
 
-// TestFailedApplyRetriesWithFullSync: a failed ipset batch fails the sync, schedules
-// a retry and makes the next sync a full one that repairs everything.
-func TestFailedApplyRetriesWithFullSync(t *testing.T) {
+// TestIPSetRefusalHoldsBackOnlyItsService: ipset refusing a member holds back the
+// Service that owns it (its virtual server waits for its sets), the sync completes, the
+// other Services' changes land, and the held-back one is retried with backoff until it
+// lands.
+func TestIPSetRefusalHoldsBackOnlyItsService(t *testing.T) {
 	e := newTestEnv(t, v1.IPv4Protocol)
 	e.start(makeService("ns", "a", clusterIP("10.96.0.1"), port("p", v1.ProtocolTCP, 80, 0)),
 		makeSlice("ns", "a", "a-1", tcp("p", 80), endpoint("10.244.2.1")))
 
-	fail := errors.New("injected: ipset restore failed")
-	e.ipset.InjectError = func(int, string) error { return fail }
+	fail := errors.New("injected: ipset refused")
+	e.ipset.InjectError = func(_ int, line string) error {
+		if strings.Contains(line, "10.96.0.2") {
+			return fail
+		}
+		return nil
+	}
 	e.add(makeService("ns", "b", clusterIP("10.96.0.2"), port("p", v1.ProtocolTCP, 80, 0)))
+	e.add(makeSlice("ns", "b", "b-1", tcp("p", 80), endpoint("10.244.2.2")))
+	e.add(makeService("ns", "c", clusterIP("10.96.0.3"), port("p", v1.ProtocolTCP, 80, 0)))
+	e.add(makeSlice("ns", "c", "c-1", tcp("p", 80), endpoint("10.244.2.3")))
+	e.add(makeSlice("ns", "a", "a-1", tcp("p", 80), endpoint("10.244.2.1"), endpoint("10.244.2.9")))
+	st := e.mustSync()
+	if st.Failed == 0 {
+		t.Fatalf("no failure recorded")
+	}
+	if e.p.needFull || e.p.applied == nil {
+		t.Fatalf("an object's failure must not make the proxier forget its state")
+	}
+	diff(t, "ipvs", `
+TCP  10.96.0.1:80 rr
+  -> 10.244.2.1:80 Masq 1 0 0
+  -> 10.244.2.9:80 Masq 1 0 0
+TCP  10.96.0.3:80 rr
+  -> 10.244.2.3:80 Masq 1 0 0
+`, e.ipvs.Dump())
+	held := e.p.HeldBack()
+	if len(held) == 0 {
+		t.Fatalf("nothing listed as held back")
+	}
+	for _, h := range held {
+		if len(h.Services) != 1 || h.Services[0] != "ns/b" || h.Reason != heldBackIPSet {
+			t.Errorf("held back %+v, want only ns/b for ipset_error", h)
+		}
+	}
+	if e.p.retryWait != time.Second {
+		t.Errorf("first retry in %v, want 1s", e.p.retryWait)
+	}
+
+	// Still refused: the retry backs off (1 s, 2 s, ...).
+	e.clock.Step(time.Second)
+	e.mustSync()
+	if e.p.retryWait != 2*time.Second {
+		t.Errorf("second retry in %v, want 2s", e.p.retryWait)
+	}
+	// Before it is due, a sync for something else does not retry it.
+	e.ipset.ResetCounters()
+	e.add(makeSlice("ns", "c", "c-1", tcp("p", 80), endpoint("10.244.2.4")))
+	e.mustSync()
+	if strings.Contains(e.ipset.Dump(), "10.96.0.2") {
+		t.Errorf("held-back member programmed while still refused")
+	}
+
+	e.ipset.InjectError = nil
+	e.clock.Step(2 * time.Second)
+	if st := e.mustSync(); st.Full {
+		t.Fatalf("the retry should be a partial sync")
+	}
+	if !strings.Contains(e.ipvs.Dump(), "TCP  10.96.0.2:80 rr\n  -> 10.244.2.2:80 Masq 1 0 0") {
+		t.Errorf("held-back Service not programmed after the fault cleared:\n%s", e.ipvs.Dump())
+	}
+	if !strings.Contains(e.ipset.Dump(), "10.96.0.2,tcp:80") {
+		t.Errorf("held-back member missing after the fault cleared")
+	}
+	if len(e.p.HeldBack()) != 0 || e.p.retryWait != 0 {
+		t.Errorf("still held back after success: %+v", e.p.HeldBack())
+	}
+}
+
+// TestGlobalFailureRetriesWithFullSync: a failure no object explains (the base
+// iptables rules refused) fails the sync, schedules a retry and makes the next sync a
+// full one that repairs everything.
+func TestGlobalFailureRetriesWithFullSync(t *testing.T) {
+	e := newTestEnv(t, v1.IPv4Protocol)
+	e.start(makeService("ns", "a", clusterIP("10.96.0.1"), port("p", v1.ProtocolTCP, 80, 0)),
+		makeSlice("ns", "a", "a-1", tcp("p", 80), endpoint("10.244.2.1")))
+
+	fail := errors.New("injected: iptables-restore failed")
+	e.ipt.InjectRestoreError = func([]byte) error { return fail }
+	// A first node port makes KUBE-NODE-PORT-TCP non-empty: the rules change.
+	e.add(makeService("ns", "b", clusterIP("10.96.0.2"), port("p", v1.ProtocolTCP, 80, 30080)))
 	e.add(makeSlice("ns", "b", "b-1", tcp("p", 80), endpoint("10.244.2.2")))
 	st := e.sync()
 	if st.Err == nil || !errors.Is(st.Err, fail) {
@@ -97,12 +177,12 @@ func TestFailedApplyRetriesWithFullSync(t *testing.T) {
 	if e.p.retryDelay <= 0 {
 		t.Fatalf("no retry scheduled")
 	}
-	// The half-done sync must not have programmed b's virtual server before its sets.
-	if strings.Contains(e.ipvs.Dump(), "10.96.0.2:80") {
-		t.Errorf("virtual server programmed although its ipset members failed")
+	// The half-done sync must not have programmed b's virtual server before its rules.
+	if strings.Contains(e.ipvs.Dump(), ":30080") {
+		t.Errorf("virtual server programmed although the rules failed")
 	}
 
-	e.ipset.InjectError = nil
+	e.ipt.InjectRestoreError = nil
 	st = e.mustSync()
 	if !st.Full {
 		t.Fatalf("sync after a failure must be full")
@@ -112,27 +192,34 @@ TCP  10.96.0.1:80 rr
   -> 10.244.2.1:80 Masq 1 0 0
 TCP  10.96.0.2:80 rr
   -> 10.244.2.2:80 Masq 1 0 0
+TCP  192.168.0.10:30080 rr
+  -> 10.244.2.2:80 Masq 1 0 0
+TCP  192.168.1.10:30080 rr
+  -> 10.244.2.2:80 Masq 1 0 0
 `, e.ipvs.Dump())
 	if e.p.retryDelay != 0 {
 		t.Errorf("retry delay not reset after success")
 	}
 }
 
-// TestIPVSFailureMidSync: an IPVS error part-way leaves earlier services intact and
-// the next full sync completes the rest.
-func TestIPVSFailureMidSync(t *testing.T) {
+// TestIPVSRefusedRealServerIsolated: IPVS refusing one real server leaves the
+// Service's other real servers and every other change in place; the refused one lands
+// once the kernel takes it.
+func TestIPVSRefusedRealServerIsolated(t *testing.T) {
 	e := newTestEnv(t, v1.IPv4Protocol)
 	e.start()
 	e.ipvs.InjectError(ipvs.OpAddRS, errors.New("injected"))
 	e.add(makeService("ns", "a", clusterIP("10.96.0.1"), port("p", v1.ProtocolTCP, 80, 0)))
 	e.add(makeSlice("ns", "a", "a-1", tcp("p", 80), endpoint("10.244.2.1")))
-	if st := e.sync(); st.Err == nil {
-		t.Fatalf("expected the injected error")
-	}
-	e.ipvs.InjectError(ipvs.OpAddRS, nil)
 	st := e.mustSync()
-	if !st.Full {
-		t.Fatalf("expected a full sync")
+	if st.Failed == 0 {
+		t.Fatalf("expected the injected error to be recorded")
+	}
+	diff(t, "ipvs", "TCP  10.96.0.1:80 rr", e.ipvs.Dump())
+	e.ipvs.InjectError(ipvs.OpAddRS, nil)
+	e.clock.Step(time.Second)
+	if st := e.mustSync(); st.Full {
+		t.Fatalf("expected a partial retry")
 	}
 	diff(t, "ipvs", "TCP  10.96.0.1:80 rr\n  -> 10.244.2.1:80 Masq 1 0 0", e.ipvs.Dump())
 }

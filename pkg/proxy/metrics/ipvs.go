@@ -10,7 +10,8 @@ import (
 //	kubeproxy_ipvs_syncs_total{type}                             counter  type: full|partial
 //	kubeproxy_ipvs_sync_failures_total                           counter
 //	kubeproxy_ipvs_drift_repairs_total{subsystem}                counter
-//	kubeproxy_ipvs_graceful_termination_pending                  gauge
+//	kubeproxy_ipvs_graceful_termination_pending{ip_family}       gauge
+//	kubeproxy_ipvs_held_back_objects{ip_family,reason}           gauge
 //
 // and, only when enabled (RegisterVirtualServerStats), the per-virtual-server
 // counters described in vsstats.go.
@@ -37,8 +38,9 @@ var (
 	// KernelOperationsTotal counts the requests we sent across the kernel boundary:
 	// one per netlink request, per ipset restore, per iptables-restore run. Work
 	// proportional to change shows here: an idle partial sync adds nothing.
-	// Labels: subsystem (Subsystem*), operation (free text owned by the caller,
-	// e.g. "add_virtual_server", "restore", "dump"; keep the set small).
+	// Labels: subsystem (Subsystem*), operation (what was asked of it, e.g.
+	// "add_virtual_server", "restore", "bind_address": a small fixed set owned by the
+	// proxier).
 	KernelOperationsTotal = metrics.NewCounterVec(
 		&metrics.CounterOpts{
 			Subsystem:      kubeProxySubsystem,
@@ -87,12 +89,28 @@ var (
 
 	// GracefulTerminationPending is the number of real servers currently draining
 	// (weight 0, waiting for their connections to end or their deadline).
-	GracefulTerminationPending = metrics.NewGauge(
+	GracefulTerminationPending = metrics.NewGaugeVec(
 		&metrics.GaugeOpts{
 			Subsystem:      kubeProxySubsystem,
 			Name:           ipvsMetricPrefix + "graceful_termination_pending",
-			Help:           "Real servers currently draining before removal",
+			Help:           "Real servers currently draining before removal, by IP family",
 			StabilityLevel: metrics.ALPHA,
 		},
+		[]string{"ip_family"},
+	)
+
+	// HeldBackObjects counts the kernel objects the proxier is not programming: values
+	// refused before they reach the kernel (reason invalid_value) and writes the kernel
+	// refused, retried with backoff (ipvs_error, ipset_error, address_error,
+	// iptables_error). Syncs keep completing meanwhile; the objects are listed on the
+	// metrics server's /debug/kube-proxy-ipvs/held-back.
+	HeldBackObjects = metrics.NewGaugeVec(
+		&metrics.GaugeOpts{
+			Subsystem:      kubeProxySubsystem,
+			Name:           ipvsMetricPrefix + "held_back_objects",
+			Help:           "Objects not programmed because they are invalid or the kernel refused them, by IP family and reason",
+			StabilityLevel: metrics.ALPHA,
+		},
+		[]string{"ip_family", "reason"},
 	)
 )

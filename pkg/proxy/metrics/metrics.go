@@ -276,6 +276,7 @@ func registrables() []metrics.Registerable {
 		SyncFailuresTotal,
 		DriftRepairsTotal,
 		GracefulTerminationPending,
+		HeldBackObjects,
 	}
 }
 

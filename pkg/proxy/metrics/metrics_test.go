@@ -83,7 +83,8 @@ var wantFamilies = []wantFamily{
 	{name: "kubeproxy_ipvs_syncs_total", typ: counter, help: "[ALPHA] Cumulative proxy rule syncs, by type (full or partial)", labels: []string{"type"}},
 	{name: "kubeproxy_ipvs_sync_failures_total", typ: counter, help: "[ALPHA] Cumulative proxy rule syncs that failed"},
 	{name: "kubeproxy_ipvs_drift_repairs_total", typ: counter, help: "[ALPHA] Cumulative kernel objects found drifted from the last written state and repaired, by subsystem", labels: []string{"subsystem"}},
-	{name: "kubeproxy_ipvs_graceful_termination_pending", typ: gauge, help: "[ALPHA] Real servers currently draining before removal"},
+	{name: "kubeproxy_ipvs_graceful_termination_pending", typ: gauge, help: "[ALPHA] Real servers currently draining before removal, by IP family", labels: []string{"ip_family"}},
+	{name: "kubeproxy_ipvs_held_back_objects", typ: gauge, help: "[ALPHA] Objects not programmed because they are invalid or the kernel refused them, by IP family and reason", labels: []string{"ip_family", "reason"}},
 
 	{name: "kubeproxy_ipvs_virtual_server_connections_total", typ: counter, help: "[ALPHA] Cumulative connections scheduled by an IPVS virtual server", labels: vsLabelsSorted, optional: true},
 	{name: "kubeproxy_ipvs_virtual_server_incoming_packets_total", typ: counter, help: "[ALPHA] Cumulative incoming packets of an IPVS virtual server", labels: vsLabelsSorted, optional: true},
@@ -118,7 +119,8 @@ func exerciseAll() {
 	SyncsTotal.WithLabelValues(SyncTypeFull).Inc()
 	SyncFailuresTotal.Inc()
 	DriftRepairsTotal.WithLabelValues(SubsystemIPSet).Inc()
-	GracefulTerminationPending.Set(4)
+	GracefulTerminationPending.WithLabelValues("IPv4").Set(4)
+	HeldBackObjects.WithLabelValues("IPv4", "ipvs_error").Set(1)
 }
 
 func scrape(t *testing.T, h http.Handler) map[string]*dto.MetricFamily {
@@ -212,7 +214,7 @@ func TestMetricValuesReachTheScrape(t *testing.T) {
 	RegisterMetrics()
 	before := scrape(t, NewMetricsMux("ipvs", false, nil))
 	DriftRepairsTotal.WithLabelValues(SubsystemConntrack).Add(5)
-	GracefulTerminationPending.Set(7)
+	GracefulTerminationPending.WithLabelValues("IPv6").Set(7)
 	after := scrape(t, NewMetricsMux("ipvs", false, nil))
 
 	value := func(families map[string]*dto.MetricFamily, name, label, labelValue string) float64 {
@@ -231,7 +233,7 @@ func TestMetricValuesReachTheScrape(t *testing.T) {
 	if got := value(after, "kubeproxy_ipvs_drift_repairs_total", "subsystem", SubsystemConntrack) - value(before, "kubeproxy_ipvs_drift_repairs_total", "subsystem", SubsystemConntrack); got != 5 {
 		t.Errorf("drift_repairs_total{subsystem=conntrack} grew by %v, want 5", got)
 	}
-	if got := value(after, "kubeproxy_ipvs_graceful_termination_pending", "", ""); got != 7 {
+	if got := gaugeValue(after, "kubeproxy_ipvs_graceful_termination_pending", "ip_family", "IPv6"); got != 7 {
 		t.Errorf("graceful_termination_pending = %v, want 7", got)
 	}
 }
@@ -406,4 +408,15 @@ func TestMuxProfiling(t *testing.T) {
 	if !klog.V(5).Enabled() {
 		t.Errorf("after PUT /debug/flags/v 5, klog.V(5) is not enabled")
 	}
+}
+
+func gaugeValue(families map[string]*dto.MetricFamily, name, label, labelValue string) float64 {
+	for _, m := range families[name].GetMetric() {
+		for _, lp := range m.GetLabel() {
+			if lp.GetName() == label && lp.GetValue() == labelValue {
+				return m.GetGauge().GetValue()
+			}
+		}
+	}
+	return -1
 }

@@ -1,0 +1,355 @@
+package ipvs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"slices"
+
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/ipset"
+	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/iptables"
+	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/ipvs"
+	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/netlink"
+)
+
+// maxIsolatedSetFailures bounds how many refused lines one ipset batch may set aside
+// before the batch counts as failed as a whole (then something systemic is wrong, not
+// one object).
+const maxIsolatedSetFailures = 256
+
+// failure is one write the kernel refused. Its key is retried with backoff; its owners
+// are the Services reported as held back.
+type failure struct {
+	key    retryKey
+	layer  string // one of the heldBack* reasons
+	what   string // the object, for logs and the debug endpoint
+	owners []types.NamespacedName
+	err    error
+}
+
+// outcome is what execute learned: the writes that failed (everything else landed and
+// is in p.applied), and the out-filter rules that were sent to the kernel.
+type outcome struct {
+	failures     []failure
+	writtenRules []string
+}
+
+func (o *outcome) fail(f failure) { o.failures = append(o.failures, f) }
+
+// execute carries out a plan. p.applied changes only for writes that succeeded. A write
+// the kernel refuses is recorded in the outcome and the rest goes on; the returned error
+// is for failures no single object explains (a tool that does not run, a base rule the
+// kernel refuses), after which the caller forgets p.applied.
+func (p *Proxier) execute(ctx context.Context, pl *syncPlan, outRules []string, stats *SyncStats, ct *[]conntrackTarget) (*outcome, error) {
+	out := &outcome{}
+	a := p.applied
+
+	// 1. ipset members: one transaction (refused lines set aside, the rest re-sent).
+	if err := p.executeSets(ctx, pl.sets, stats, out); err != nil {
+		return out, err
+	}
+
+	// 2. bind new service addresses.
+	for _, addr := range pl.binds {
+		stats.AddressOps++
+		stats.count(opBindAddress)
+		if _, err := p.kernel.Netlink.EnsureAddressBind(ctx, net.ParseIP(addr), netlink.DefaultDummyDevice); err != nil {
+			out.fail(failure{key: retryKey{kind: retryAddr, text: addr}, layer: heldBackAddress,
+				what: "address " + addr + " on " + netlink.DefaultDummyDevice, owners: p.index.ownersOfAddr(addr),
+				err: fmt.Errorf("binding %s to %s: %w", addr, netlink.DefaultDummyDevice, err)})
+			continue
+		}
+		a.addrs.Insert(addr)
+	}
+
+	// 3. iptables.
+	if pl.iptables != nil {
+		if err := p.executeIPTables(ctx, pl.iptables, outRules, stats, out); err != nil {
+			return out, err
+		}
+	}
+	if pl.full {
+		if err := p.ensureJumpRules(ctx, stats); err != nil {
+			return out, err
+		}
+	}
+
+	// 4. IPVS, one virtual server at a time. A Service whose set members or addresses
+	// were refused keeps its virtual servers as they are until those land, so traffic is
+	// never balanced to it without the rules that masquerade and filter it.
+	blocked := map[types.NamespacedName]*failure{}
+	for i := range out.failures {
+		for _, o := range out.failures[i].owners {
+			blocked[o] = &out.failures[i]
+		}
+	}
+	for i := range pl.vs {
+		vp := &pl.vs[i]
+		if cause := blocked[vp.owner]; cause != nil && vp.owner.Name != "" {
+			out.fail(failure{key: retryKey{kind: retryVS, vs: vp.key}, layer: cause.layer,
+				what: "virtual server " + vp.key.String() + " (waiting for " + cause.what + ")", owners: ownerList(vp.owner), err: cause.err})
+			continue
+		}
+		p.executeVirtualServer(ctx, vp, stats, ct, out)
+	}
+
+	// 5. unbind addresses no Service wants any more.
+	for _, addr := range pl.unbinds {
+		stats.AddressOps++
+		stats.count(opUnbindAddress)
+		if err := p.kernel.Netlink.UnbindAddress(ctx, net.ParseIP(addr), netlink.DefaultDummyDevice); err != nil {
+			out.fail(failure{key: retryKey{kind: retryAddr, text: addr}, layer: heldBackAddress,
+				what: "address " + addr + " on " + netlink.DefaultDummyDevice,
+				err:  fmt.Errorf("unbinding %s from %s: %w", addr, netlink.DefaultDummyDevice, err)})
+			continue
+		}
+		a.addrs.Delete(addr)
+	}
+	return out, nil
+}
+
+// executeSets sends the member changes as one `ipset restore`. When ipset refuses a
+// line, that change is set aside (its owners held back) and the rest is sent again, so
+// one bad entry never keeps the others out. ipset may have applied lines before the
+// refused one; the batch runs with -exist, so sending them again is harmless.
+func (p *Proxier) executeSets(ctx context.Context, changes []setChange, stats *SyncStats, out *outcome) error {
+	remaining := changes
+	for refused := 0; len(remaining) > 0; refused++ {
+		tx := &ipset.Transaction{}
+		for _, c := range remaining {
+			if c.add {
+				tx.Add(p.names[c.entry.set], c.entry.entry)
+			} else {
+				tx.Del(p.names[c.entry.set], c.entry.entry)
+			}
+		}
+		stats.IPSetOps += tx.Len()
+		stats.count(opIPSetRestore)
+		err := p.kernel.IPSet.Apply(ctx, tx)
+		if err == nil {
+			for _, c := range remaining {
+				if c.add {
+					p.applied.entries.Insert(c.entry)
+				} else {
+					p.applied.entries.Delete(c.entry)
+				}
+			}
+			return nil
+		}
+		var ierr *ipset.Error
+		if !errors.As(err, &ierr) || ierr.Index < 0 || ierr.Index >= len(remaining) || refused >= maxIsolatedSetFailures {
+			return fmt.Errorf("applying %d ipset changes: %w", len(remaining), err)
+		}
+		bad := remaining[ierr.Index]
+		var owners []types.NamespacedName
+		if bad.add {
+			owners = p.index.ownersOfEntry(bad.entry)
+		}
+		out.fail(failure{key: retryKey{kind: retryEntry, entry: bad.entry}, layer: heldBackIPSet,
+			what: "ipset " + p.names[bad.entry.set] + " member " + bad.entry.entry, owners: owners, err: err})
+		next := make([]setChange, 0, len(remaining)-1)
+		next = append(next, remaining[:ierr.Index]...)
+		remaining = append(next, remaining[ierr.Index+1:]...)
+	}
+	return nil
+}
+
+// executeIPTables writes our chains. If the kernel refuses the text and Service-owned
+// rules are in it, the refused rules are found by bisection and left out, so one bad
+// rule never keeps the others out; if the text fails even without any of them, the
+// failure is global.
+func (p *Proxier) executeIPTables(ctx context.Context, rules []byte, outRules []string, stats *SyncStats, out *outcome) error {
+	restore := func(text []byte) error {
+		stats.IPTablesWrite = true
+		stats.count(opIPTablesRestore)
+		return p.kernel.IPTables.RestoreAll(ctx, text, iptables.NoFlushTables, iptables.RestoreCount)
+	}
+	err := restore(rules)
+	if err == nil {
+		p.applied.iptables = rules
+		out.writtenRules = outRules
+		return nil
+	}
+	observeIPTablesFailure(p.opts.IPFamily)
+	if len(outRules) == 0 {
+		return fmt.Errorf("writing iptables rules: %w", err)
+	}
+	base := p.iptablesRules(nil)
+	if berr := restore(base); berr != nil {
+		observeIPTablesFailure(p.opts.IPFamily)
+		return fmt.Errorf("writing iptables rules: %w", berr)
+	}
+	p.applied.iptables = base
+	var good []string
+	var bisect func(cand []string)
+	bisect = func(cand []string) {
+		text := p.iptablesRules(append(slices.Clone(good), cand...))
+		rerr := restore(text)
+		if rerr == nil {
+			good = append(good, cand...)
+			p.applied.iptables = text
+			return
+		}
+		observeIPTablesFailure(p.opts.IPFamily)
+		if len(cand) == 1 {
+			out.fail(failure{key: retryKey{kind: retryOutRule, text: cand[0]}, layer: heldBackIPTables,
+				what: "iptables rule " + string(chainIPVSOutFilter) + " " + cand[0], owners: p.index.ownersOfOutRule(cand[0]),
+				err: fmt.Errorf("writing iptables rule: %w", rerr)})
+			return
+		}
+		mid := len(cand) / 2
+		bisect(cand[:mid])
+		bisect(cand[mid:])
+	}
+	bisect(outRules)
+	out.writtenRules = good
+	return nil
+}
+
+// executeVirtualServer carries out the plan of one virtual server. A refused virtual
+// server skips its real servers; a refused real server is left out and the others go in.
+func (p *Proxier) executeVirtualServer(ctx context.Context, vp *vsPlan, stats *SyncStats, ct *[]conntrackTarget, out *outcome) {
+	key := vp.key
+	failed := func(what string, err error) {
+		out.fail(failure{key: retryKey{kind: retryVS, vs: key}, layer: heldBackIPVS, what: what,
+			owners: ownerList(vp.owner), err: err})
+	}
+	switch vp.action {
+	case vsDelete:
+		stats.IPVSOps++
+		stats.count(opDeleteVirtualServer)
+		if err := p.kernel.IPVS.DeleteVirtualServer(ctx, vp.spec); err != nil && !ipvs.IsNotFound(err) {
+			failed("virtual server "+key.String(), fmt.Errorf("deleting virtual server %s: %w", key, err))
+			return
+		}
+		if a := p.applied.vs[key]; a != nil {
+			for _, r := range a.rs {
+				delete(p.draining, drainKey{key, r.key})
+			}
+		}
+		delete(p.applied.vs, key)
+		p.noteConntrack(vp.spec, ct)
+		return
+	case vsCreate:
+		stats.IPVSOps++
+		stats.count(opAddVirtualServer)
+		err := p.kernel.IPVS.AddVirtualServer(ctx, vp.spec)
+		if ipvs.IsExists(err) {
+			// Someone else created it since we looked: take it over.
+			stats.IPVSOps++
+			stats.count(opUpdateVirtualServer)
+			err = p.kernel.IPVS.UpdateVirtualServer(ctx, vp.spec)
+		}
+		if err != nil {
+			failed("virtual server "+key.String(), fmt.Errorf("adding virtual server %s: %w", key, err))
+			return
+		}
+		p.applied.vs[key] = &appliedVS{vs: vp.spec}
+	case vsUpdate:
+		stats.IPVSOps++
+		stats.count(opUpdateVirtualServer)
+		if err := p.kernel.IPVS.UpdateVirtualServer(ctx, vp.spec); err != nil {
+			failed("virtual server "+key.String(), fmt.Errorf("updating virtual server %s: %w", key, err))
+		} else {
+			p.applied.vs[key].vs = vp.spec
+		}
+	}
+	a := p.applied.vs[key]
+	if vp.share {
+		a.rs = vp.desired.realServers
+		if len(p.draining) > 0 {
+			for _, w := range a.rs {
+				delete(p.draining, drainKey{key, w.key})
+			}
+		}
+		return
+	}
+
+	next := make([]desiredRS, 0, len(vp.steps))
+	changedRS := false
+	for _, s := range vp.steps {
+		switch s.action {
+		case rsKeep:
+			next = append(next, s.want)
+		case rsKeepDraining:
+			next = append(next, s.have)
+			continue
+		case rsAdd:
+			stats.IPVSOps++
+			stats.count(opAddRealServer)
+			if err := p.kernel.IPVS.AddRealServer(ctx, a.vs, s.want.key.realServer(s.want.weight)); err != nil {
+				failed("real server "+s.want.key.String()+" of "+key.String(), fmt.Errorf("adding real server %s to %s: %w", s.want.key, key, err))
+				continue
+			}
+			next, changedRS = append(next, s.want), true
+		case rsSetWeight:
+			stats.IPVSOps++
+			stats.count(opUpdateRealServer)
+			if err := p.kernel.IPVS.UpdateRealServer(ctx, a.vs, s.want.key.realServer(s.want.weight)); err != nil {
+				failed("real server "+s.want.key.String()+" of "+key.String(), fmt.Errorf("setting weight of real server %s of %s: %w", s.want.key, key, err))
+				next = append(next, s.have)
+				continue
+			}
+			next, changedRS = append(next, s.want), true
+		case rsDrain:
+			stats.IPVSOps++
+			stats.count(opUpdateRealServer)
+			if err := p.kernel.IPVS.UpdateRealServer(ctx, a.vs, s.have.key.realServer(0)); err != nil {
+				failed("real server "+s.have.key.String()+" of "+key.String(), fmt.Errorf("draining real server %s of %s: %w", s.have.key, key, err))
+				next = append(next, s.have)
+				continue
+			}
+			p.draining[drainKey{key, s.have.key}] = p.clock.Now().Add(p.opts.DrainTimeout).UnixNano()
+			next = append(next, desiredRS{key: s.have.key, weight: 0})
+			continue
+		case rsDelete:
+			stats.IPVSOps++
+			stats.count(opDeleteRealServer)
+			if err := p.kernel.IPVS.DeleteRealServer(ctx, a.vs, s.have.key.realServer(s.have.weight)); err != nil && !ipvs.IsNotFound(err) {
+				failed("real server "+s.have.key.String()+" of "+key.String(), fmt.Errorf("deleting real server %s of %s: %w", s.have.key, key, err))
+				next = append(next, s.have)
+				continue
+			}
+			changedRS = true
+			continue
+		}
+		if len(p.draining) > 0 {
+			delete(p.draining, drainKey{key, s.want.key})
+		}
+	}
+	slices.SortFunc(next, func(x, y desiredRS) int { return compareRSKeys(x.key, y.key) })
+	if slices.Equal(next, vp.desired.realServers) {
+		next = vp.desired.realServers
+	}
+	a.rs = next
+	if changedRS {
+		p.noteConntrack(a.vs, ct)
+	}
+}
+
+func ownerList(n types.NamespacedName) []types.NamespacedName {
+	if n.Name == "" {
+		return nil
+	}
+	return []types.NamespacedName{n}
+}
+
+func (p *Proxier) noteConntrack(vs *ipvs.VirtualServer, ct *[]conntrackTarget) {
+	if vs.Protocol == ipvs.UDP || vs.Protocol == ipvs.SCTP {
+		*ct = append(*ct, conntrackTarget{protocol: vs.Protocol, addr: vs.Address.String(), port: vs.Port})
+	}
+}
+
+func (p *Proxier) ensureJumpRules(ctx context.Context, stats *SyncStats) error {
+	for _, j := range jumpRules {
+		stats.count(opIPTablesEnsureRule)
+		if _, err := p.kernel.IPTables.EnsureRule(ctx, iptables.Prepend, j.table, j.from,
+			"-m", "comment", "--comment", j.comment, "-j", string(j.to)); err != nil {
+			return fmt.Errorf("ensuring jump from %s/%s to %s: %w", j.table, j.from, j.to, err)
+		}
+	}
+	return nil
+}

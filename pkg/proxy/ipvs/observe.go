@@ -1,0 +1,151 @@
+package ipvs
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"slices"
+	"sort"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/sets"
+
+	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/ipset"
+	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/netlink"
+)
+
+// nodeAddresses returns the node's local addresses of this family (not on kube-ipvs0)
+// and the subset NodePort virtual servers listen on.
+func (p *Proxier) nodeAddresses(ctx context.Context, stats *SyncStats) (sets.Set[string], []net.IP, error) {
+	stats.count(opDumpAddresses)
+	all, err := p.kernel.Netlink.GetLocalAddresses(ctx, netlink.DefaultDummyDevice)
+	if err != nil {
+		return nil, nil, fmt.Errorf("listing node addresses: %w", err)
+	}
+	local := sets.New[string]()
+	var ips []net.IP
+	for _, ip := range all {
+		if !p.ourFamily(ip) {
+			continue
+		}
+		local.Insert(ip.String())
+		ips = append(ips, ip)
+	}
+	sort.Slice(ips, func(i, j int) bool { return ips[i].String() < ips[j].String() })
+	return local, filterNodePortIPs(ips, p.opts.NodePortAddresses, p.opts.NodeIP), nil
+}
+
+// filterNodePortIPs applies nodePortAddresses: empty selects every address, otherwise
+// addresses inside one of the CIDRs, and "primary" selects the node's primary IP.
+func filterNodePortIPs(ips []net.IP, selectors []string, nodeIP net.IP) []net.IP {
+	if len(selectors) == 0 {
+		return ips
+	}
+	var out []net.IP
+	for _, ip := range ips {
+		for _, s := range selectors {
+			if s == "primary" {
+				if nodeIP != nil && ip.Equal(nodeIP) {
+					out = append(out, ip)
+					break
+				}
+				continue
+			}
+			if _, cidr, err := net.ParseCIDR(s); err == nil && cidr.Contains(ip) {
+				out = append(out, ip)
+				break
+			}
+		}
+	}
+	return out
+}
+
+func sameIPs(a, b []net.IP) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if !a[i].Equal(b[i]) {
+			return false
+		}
+	}
+	return true
+}
+
+func (p *Proxier) ourFamily(ip net.IP) bool {
+	return (ip.To4() != nil) == (p.opts.IPFamily == v1.IPv4Protocol)
+}
+
+func (p *Proxier) excluded(ip net.IP) bool {
+	for _, c := range p.opts.ExcludeCIDRs {
+		if c.Contains(ip) {
+			return true
+		}
+	}
+	return false
+}
+
+// observe reads what the kernel holds for this family: one IPVS service dump plus one
+// destination dump per virtual server, one `ipset save`, one address dump.
+func (p *Proxier) observe(ctx context.Context, stats *SyncStats) (*appliedState, error) {
+	st := &appliedState{
+		vs:      map[vsKey]*appliedVS{},
+		entries: sets.New[setEntry](),
+		addrs:   sets.New[string](),
+		sets:    map[string]*ipset.Set{},
+	}
+	stats.count(opDumpIPVS)
+	vss, err := p.kernel.IPVS.GetVirtualServers(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("listing IPVS virtual servers: %w", err)
+	}
+	for _, vs := range vss {
+		if !p.ourFamily(vs.Address) || p.excluded(vs.Address) {
+			continue
+		}
+		stats.count(opDumpIPVS)
+		rss, err := p.kernel.IPVS.GetRealServers(ctx, vs)
+		if err != nil {
+			return nil, fmt.Errorf("listing real servers of %s: %w", vs, err)
+		}
+		a := &appliedVS{vs: vs, rs: make([]desiredRS, 0, len(rss))}
+		for _, rs := range rss {
+			a.rs = append(a.rs, desiredRS{key: keyOfRS(rs.Address, rs.Port), weight: int32(rs.Weight)})
+		}
+		slices.SortFunc(a.rs, func(x, y desiredRS) int { return compareRSKeys(x.key, y.key) })
+		a.rs = slices.CompactFunc(a.rs, func(x, y desiredRS) bool { return x.key == y.key })
+		st.vs[keyOfVS(vs)] = a
+	}
+	stats.count(opIPSetSave)
+	all, err := p.kernel.IPSet.SaveAll(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("listing ipsets: %w", err)
+	}
+	for name, s := range all {
+		base, ours := p.reverse[name]
+		if !ours {
+			continue
+		}
+		hdr := s.Set
+		st.sets[name] = &hdr
+		for _, e := range s.Entries {
+			st.entries.Insert(setEntry{base, e})
+		}
+	}
+	// The device is created here, before its addresses are read, so a first start
+	// and a device someone deleted look alike: empty.
+	if _, err := p.kernel.Netlink.EnsureDummyDevice(ctx, netlink.DefaultDummyDevice); err != nil {
+		return nil, fmt.Errorf("ensuring dummy device %s: %w", netlink.DefaultDummyDevice, err)
+	}
+	stats.count(opDumpAddresses)
+	addrs, err := p.kernel.Netlink.ListBindAddress(ctx, netlink.DefaultDummyDevice)
+	if err != nil {
+		return nil, fmt.Errorf("listing addresses of %s: %w", netlink.DefaultDummyDevice, err)
+	}
+	for _, a := range addrs {
+		if p.ourFamily(a) {
+			st.addrs.Insert(a.String())
+		}
+	}
+	return st, nil
+}

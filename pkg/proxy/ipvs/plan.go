@@ -1,0 +1,311 @@
+package ipvs
+
+import (
+	"fmt"
+	"net"
+	"slices"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/ipvs"
+)
+
+// A sync is observe (full syncs only) -> plan -> execute. The plan is a value: the
+// ordered kernel writes that make the touched keys of the applied state match the
+// desired index, each tagged with the Service that wants it. It is built by a pure
+// function (planSync) so that it can be printed, compared and tested without a kernel;
+// execute.go carries it out and records each write's outcome.
+
+// syncPlan is what one sync writes, in the order it is written: set members first (so
+// the rules that match them never miss), then new addresses, the iptables rules, IPVS,
+// and last the addresses nobody wants any more.
+type syncPlan struct {
+	full bool
+	// sets are the ipset member changes, sent as one `ipset restore`.
+	sets []setChange
+	// binds are addresses to bind to kube-ipvs0.
+	binds []string
+	// iptables is the text of our chains when it must be written, else nil.
+	iptables []byte
+	// vs are the virtual servers to change, sorted by key.
+	vs []vsPlan
+	// unbinds are addresses to remove from kube-ipvs0.
+	unbinds []string
+}
+
+// setChange adds or deletes one ipset member.
+type setChange struct {
+	entry setEntry
+	add   bool
+}
+
+type vsAction uint8
+
+const (
+	vsKeep   vsAction = iota // the virtual server itself is right; maybe its real servers are not
+	vsCreate                 // add it (taking over one someone else made since we looked)
+	vsUpdate                 // change scheduler, flags or timeout in place
+	vsDelete                 // no Service wants it
+)
+
+type rsAction uint8
+
+const (
+	rsKeep         rsAction = iota // right as it is
+	rsAdd                          // wanted, missing
+	rsSetWeight                    // present with another weight
+	rsKeepDraining                 // unwanted, draining at weight 0 until its deadline
+	rsDrain                        // unwanted TCP real server with traffic: weight 0, start draining
+	rsDelete                       // unwanted: remove
+)
+
+// rsStep is one real server of a planned virtual server; have is its applied value,
+// want its desired one (zero when absent).
+type rsStep struct {
+	action rsAction
+	have   desiredRS
+	want   desiredRS
+}
+
+// vsPlan is the work on one virtual server. steps lists adds and weight changes before
+// any drain or removal, so a Service whose only endpoint is replaced is never left
+// without one.
+type vsPlan struct {
+	key    vsKey
+	action vsAction
+	// spec is the desired virtual server (create, update, keep) or the applied one
+	// (delete).
+	spec *ipvs.VirtualServer
+	// owner is the Service whose desired state holds it (zero for a delete).
+	owner   types.NamespacedName
+	desired *desiredVS
+	steps   []rsStep
+	// share says the applied real servers equal the desired ones: nothing is written,
+	// the applied state just takes the desired list (and drains of wanted keys end).
+	share bool
+}
+
+// planInput is everything planSync reads. It is not changed.
+type planInput struct {
+	full    bool
+	index   *desiredIndex
+	applied *appliedState
+	touched *touched
+	// rules is the current text of our iptables chains.
+	rules []byte
+	// draining reports whether a real server is draining (weight 0, deadline set).
+	draining func(drainKey) bool
+	// drainTerminating: TCP real servers with traffic drain at weight 0 instead of
+	// being deleted at once (off on kernels where conn_reuse_mode makes that unsafe).
+	drainTerminating bool
+	excluded         func(net.IP) bool
+}
+
+// planSync computes the writes for the touched keys. It does no I/O.
+func planSync(in *planInput) *syncPlan {
+	pl := &syncPlan{full: in.full}
+	a, ix, t := in.applied, in.index, in.touched
+
+	for e := range t.entries {
+		want, have := ix.hasEntry(e), a.entries.Has(e)
+		if want != have {
+			pl.sets = append(pl.sets, setChange{entry: e, add: want})
+		}
+	}
+	// Deterministic order (the kernel does not care; tests and logs do).
+	slices.SortFunc(pl.sets, compareSetChanges)
+
+	for addr := range t.addrs {
+		want, have := ix.hasAddr(addr), a.addrs.Has(addr)
+		switch {
+		case want && !have:
+			pl.binds = append(pl.binds, addr)
+		case !want && have:
+			pl.unbinds = append(pl.unbinds, addr)
+		}
+	}
+	slices.Sort(pl.binds)
+	slices.Sort(pl.unbinds)
+
+	// Our chains are rewritten whole, but only when their text changes (or on a full
+	// sync, which also repairs tampering).
+	if in.full || string(in.rules) != string(a.iptables) {
+		pl.iptables = in.rules
+	}
+
+	keys := t.vs.UnsortedList()
+	slices.SortFunc(keys, compareVSKeys)
+	for _, k := range keys {
+		if vp, ok := planVirtualServer(in, k); ok {
+			pl.vs = append(pl.vs, vp)
+		}
+	}
+	return pl
+}
+
+// planVirtualServer plans one virtual server; ok is false when nothing is to be done.
+func planVirtualServer(in *planInput, key vsKey) (vsPlan, bool) {
+	d := in.index.virtualServer(key)
+	a := in.applied.vs[key]
+	switch {
+	case d == nil && a == nil:
+		return vsPlan{}, false
+	case d == nil:
+		return vsPlan{key: key, action: vsDelete, spec: a.vs}, true
+	case in.excluded(d.vs.Address):
+		return vsPlan{}, false
+	}
+	vp := vsPlan{key: key, spec: d.vs, owner: d.owner, desired: d}
+	var have []desiredRS
+	switch {
+	case a == nil:
+		vp.action = vsCreate
+	case !a.vs.Equal(d.vs):
+		vp.action = vsUpdate
+		have = a.rs
+	default:
+		have = a.rs
+		if sameList(have, d.realServers) {
+			// The usual case of a full sync: nothing to write.
+			return vsPlan{}, false
+		}
+	}
+	if a != nil && slices.Equal(have, d.realServers) {
+		vp.share = true
+		return vp, true
+	}
+
+	// Walk both sorted lists: desired only -> add, both -> fix the weight, applied only
+	// -> stale, planned after every add.
+	want := d.realServers
+	var stale []rsStep
+	for len(have) > 0 || len(want) > 0 {
+		c := 0
+		switch {
+		case len(have) == 0:
+			c = 1
+		case len(want) == 0:
+			c = -1
+		default:
+			c = compareRSKeys(have[0].key, want[0].key)
+		}
+		switch {
+		case c < 0:
+			h := have[0]
+			have = have[1:]
+			stale = append(stale, planStale(in, key, a.vs, h))
+		case c > 0:
+			vp.steps = append(vp.steps, rsStep{action: rsAdd, want: want[0]})
+			want = want[1:]
+		default:
+			s := rsStep{action: rsKeep, have: have[0], want: want[0]}
+			if s.have.weight != s.want.weight {
+				s.action = rsSetWeight
+			}
+			vp.steps = append(vp.steps, s)
+			have, want = have[1:], want[1:]
+		}
+	}
+	vp.steps = append(vp.steps, stale...)
+	return vp, true
+}
+
+// planStale decides what happens to a real server no Service wants on this virtual
+// server. TCP real servers that still serve traffic drain at weight 0; one already at
+// weight 0 was terminating and its pod is now gone, and UDP/SCTP real servers go at once
+// (kubernetes#71514: a weight-0 UDP destination keeps receiving a client's datagrams
+// until its IPVS entry expires).
+func planStale(in *planInput, key vsKey, vs *ipvs.VirtualServer, h desiredRS) rsStep {
+	switch {
+	case in.draining(drainKey{key, h.key}):
+		return rsStep{action: rsKeepDraining, have: h}
+	case vs.Protocol == ipvs.TCP && in.drainTerminating && h.weight > 0:
+		return rsStep{action: rsDrain, have: h}
+	default:
+		return rsStep{action: rsDelete, have: h}
+	}
+}
+
+// sameList reports whether two real server lists are the same slice (the applied state
+// shares the desired list once they match), without comparing elements.
+func sameList(a, b []desiredRS) bool {
+	return len(a) == len(b) && (len(a) == 0 || &a[0] == &b[0])
+}
+
+func compareSetChanges(x, y setChange) int {
+	if x.entry.set != y.entry.set {
+		return strings.Compare(x.entry.set, y.entry.set)
+	}
+	return strings.Compare(x.entry.entry, y.entry.entry)
+}
+
+// String prints the plan, one write per line, for V(4) logs and tests.
+func (pl *syncPlan) String() string {
+	var b strings.Builder
+	for _, s := range pl.sets {
+		op := "del"
+		if s.add {
+			op = "add"
+		}
+		fmt.Fprintf(&b, "ipset %s %s %s\n", op, s.entry.set, s.entry.entry)
+	}
+	for _, a := range pl.binds {
+		fmt.Fprintf(&b, "bind %s\n", a)
+	}
+	if pl.iptables != nil {
+		fmt.Fprintf(&b, "iptables-restore (%d bytes)\n", len(pl.iptables))
+	}
+	for _, vp := range pl.vs {
+		owner := ""
+		if vp.owner.Name != "" {
+			owner = " (" + vp.owner.String() + ")"
+		}
+		switch vp.action {
+		case vsCreate:
+			fmt.Fprintf(&b, "ipvs add %s %s%s\n", vp.key, vp.spec.Scheduler, owner)
+		case vsUpdate:
+			fmt.Fprintf(&b, "ipvs update %s %s%s\n", vp.key, vp.spec.Scheduler, owner)
+		case vsDelete:
+			fmt.Fprintf(&b, "ipvs delete %s\n", vp.key)
+		}
+		for _, s := range vp.steps {
+			switch s.action {
+			case rsAdd:
+				fmt.Fprintf(&b, "ipvs %s add-rs %s weight %d%s\n", vp.key, s.want.key, s.want.weight, owner)
+			case rsSetWeight:
+				fmt.Fprintf(&b, "ipvs %s weight %s %d -> %d%s\n", vp.key, s.want.key, s.have.weight, s.want.weight, owner)
+			case rsDrain:
+				fmt.Fprintf(&b, "ipvs %s drain-rs %s%s\n", vp.key, s.have.key, owner)
+			case rsDelete:
+				fmt.Fprintf(&b, "ipvs %s del-rs %s%s\n", vp.key, s.have.key, owner)
+			}
+		}
+	}
+	for _, a := range pl.unbinds {
+		fmt.Fprintf(&b, "unbind %s\n", a)
+	}
+	return b.String()
+}
+
+// writes counts the kernel writes the plan holds (for logs).
+func (pl *syncPlan) writes() int {
+	n := len(pl.binds) + len(pl.unbinds)
+	if len(pl.sets) > 0 {
+		n++
+	}
+	if pl.iptables != nil {
+		n++
+	}
+	for _, vp := range pl.vs {
+		if vp.action != vsKeep {
+			n++
+		}
+		for _, s := range vp.steps {
+			if s.action != rsKeep && s.action != rsKeepDraining {
+				n++
+			}
+		}
+	}
+	return n
+}
