@@ -113,10 +113,10 @@ func observeHeldBack(family v1.IPFamily, counts map[string]int) {
 	}
 }
 
+// observeConntrackDeleted records the flows one conntrack cleanup deleted; like
+// upstream it adds 0 too, so the series exists from the first cleanup on.
 func observeConntrackDeleted(family v1.IPFamily, n int) {
-	if n > 0 {
-		metrics.ReconcileConntrackFlowsDeletedEntriesTotal.WithLabelValues(string(family)).Add(float64(n))
-	}
+	metrics.ReconcileConntrackFlowsDeletedEntriesTotal.WithLabelValues(string(family)).Add(float64(n))
 }
 
 func observeServiceChange(pending int) {

@@ -290,6 +290,16 @@ func RegisterMetrics() {
 	})
 }
 
+// ObserveConntrackReconcile records one stale-conntrack-flow reconciliation of
+// family ("IPv4" or "IPv6"): its duration and the flows it deleted. As upstream's
+// conntrack.CleanStaleEntries, it is called once per reconciliation that listed
+// the flows, and adds to the deleted counter even when nothing was deleted, so
+// both series exist from the first reconciliation on.
+func ObserveConntrackReconcile(family string, elapsed time.Duration, deleted int) {
+	ReconcileConntrackFlowsLatency.WithLabelValues(family).Observe(elapsed.Seconds())
+	ReconcileConntrackFlowsDeletedEntriesTotal.WithLabelValues(family).Add(float64(deleted))
+}
+
 // SinceInSeconds is the time since start in seconds, the unit of every duration
 // metric here.
 func SinceInSeconds(start time.Time) float64 {

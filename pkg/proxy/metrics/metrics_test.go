@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	dto "github.com/prometheus/client_model/go"
@@ -112,8 +113,7 @@ func exerciseAll() {
 	IPTablesRestoreFailuresTotal.WithLabelValues("IPv4").Inc()
 	ProxyHealthzTotal.WithLabelValues("200").Inc()
 	ProxyLivezTotal.WithLabelValues("503").Inc()
-	ReconcileConntrackFlowsLatency.WithLabelValues("IPv4").Observe(0.01)
-	ReconcileConntrackFlowsDeletedEntriesTotal.WithLabelValues("IPv4").Add(3)
+	ObserveConntrackReconcile("IPv4", 10*time.Millisecond, 3)
 
 	KernelOperationsTotal.WithLabelValues(SubsystemIPVS, "add_virtual_server").Inc()
 	SyncsTotal.WithLabelValues(SyncTypeFull).Inc()
@@ -419,4 +419,46 @@ func gaugeValue(families map[string]*dto.MetricFamily, name, label, labelValue s
 		}
 	}
 	return -1
+}
+
+// TestConntrackReconcileReachesTheScrape: one reconciliation makes both upstream
+// conntrack series appear for its family, the counter even when it deleted
+// nothing (as upstream's Add(0)), and the histogram counts each reconciliation.
+func TestConntrackReconcileReachesTheScrape(t *testing.T) {
+	RegisterMetrics()
+	series := func(families map[string]*dto.MetricFamily, name string) *dto.Metric {
+		for _, m := range families[name].GetMetric() {
+			for _, lp := range m.GetLabel() {
+				if lp.GetName() == LabelIPFamily && lp.GetValue() == "IPv6" {
+					return m
+				}
+			}
+		}
+		return nil
+	}
+	ObserveConntrackReconcile("IPv6", 20*time.Millisecond, 0)
+	first := scrape(t, NewMetricsMux("ipvs", false, nil))
+	deleted := series(first, "kubeproxy_conntrack_reconciler_deleted_entries_total")
+	if deleted == nil {
+		t.Fatal("kubeproxy_conntrack_reconciler_deleted_entries_total{ip_family=\"IPv6\"} missing after a reconciliation that deleted nothing")
+	}
+	latency := series(first, "kubeproxy_conntrack_reconciler_sync_duration_seconds")
+	if latency == nil {
+		t.Fatal("kubeproxy_conntrack_reconciler_sync_duration_seconds{ip_family=\"IPv6\"} missing")
+	}
+	count0, sum0, del0 := latency.GetHistogram().GetSampleCount(), latency.GetHistogram().GetSampleSum(), deleted.GetCounter().GetValue()
+
+	ObserveConntrackReconcile("IPv6", 300*time.Millisecond, 4)
+	second := scrape(t, NewMetricsMux("ipvs", false, nil))
+	latency = series(second, "kubeproxy_conntrack_reconciler_sync_duration_seconds")
+	deleted = series(second, "kubeproxy_conntrack_reconciler_deleted_entries_total")
+	if got := latency.GetHistogram().GetSampleCount() - count0; got != 1 {
+		t.Errorf("sync_duration_seconds count grew by %d, want 1", got)
+	}
+	if got := latency.GetHistogram().GetSampleSum() - sum0; math.Abs(got-0.3) > 1e-9 {
+		t.Errorf("sync_duration_seconds sum grew by %v, want 0.3", got)
+	}
+	if got := deleted.GetCounter().GetValue() - del0; got != 4 {
+		t.Errorf("deleted_entries_total grew by %v, want 4", got)
+	}
 }
