@@ -50,7 +50,7 @@ func oneLine(s string) string {
 // --config file (flags given on the command line win over the file).
 func NewProxyCommand(args []string, stdout, stderr io.Writer) *cobra.Command {
 	fg := newFeatureGate()
-	opts := newOptions(proxyconfigapi.NewDefaultConfiguration(), fg)
+	opts := newOptions(proxyconfigapi.NewFlagDefaultConfiguration(), fg)
 	var versionFlag string
 
 	cmd := &cobra.Command{

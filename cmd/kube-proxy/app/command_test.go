@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	logsapi "k8s.io/component-base/logs/api/v1"
@@ -200,8 +201,41 @@ func TestWriteConfigRoundTrips(t *testing.T) {
 
 func TestDefaultsWithoutConfig(t *testing.T) {
 	got := writeConfig(t)
-	if diff := cmp.Diff(proxyconfigapi.NewDefaultConfiguration(), got); diff != "" {
+	want := proxyconfigapi.NewDefaultConfiguration()
+	// The one place upstream's flag defaults differ from its v1alpha1 file
+	// defaults: --ipvs-min-sync-period is 1s, a file's ipvs.minSyncPeriod 0.
+	want.IPVS.MinSyncPeriod.Duration = time.Second
+	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("flags' defaults differ from the v1alpha1 defaults (-want +got):\n%s", diff)
+	}
+}
+
+// TestIPVSMinSyncPeriodDefault: 1s with flags only (upstream's --help says
+// "(default 1s)"), 0 from a file that does not set it, and the flag or the
+// file's value when given.
+func TestIPVSMinSyncPeriodDefault(t *testing.T) {
+	fileWithout := writeFile(t, "without.yaml", configHeader+"mode: ipvs\n")
+	fileWith := writeFile(t, "with.yaml", configHeader+"mode: ipvs\nipvs:\n  minSyncPeriod: 3s\n")
+	for _, c := range []struct {
+		name string
+		args []string
+		want time.Duration
+	}{
+		{"flags only", nil, time.Second},
+		{"flags only, --proxy-mode=ipvs", []string{"--proxy-mode=ipvs"}, time.Second},
+		{"flag given", []string{"--ipvs-min-sync-period=250ms"}, 250 * time.Millisecond},
+		{"file without minSyncPeriod", []string{"--config", fileWithout}, 0},
+		{"file with minSyncPeriod", []string{"--config", fileWith}, 3 * time.Second},
+		{"file and flag", []string{"--config", fileWith, "--ipvs-min-sync-period=2s"}, 2 * time.Second},
+	} {
+		if got := writeConfig(t, c.args...).IPVS.MinSyncPeriod.Duration; got != c.want {
+			t.Errorf("%s: ipvs.minSyncPeriod = %v, want %v", c.name, got, c.want)
+		}
+	}
+	// A sync period below the flag default needs the min sync period lowered too,
+	// as upstream requires.
+	if code, _, stderr := run(t, "--ipvs-sync-period=500ms", "--write-config-to", filepath.Join(t.TempDir(), "x")); code != 1 || !strings.Contains(stderr, "minSyncPeriod") {
+		t.Errorf("--ipvs-sync-period=500ms with the 1s default min: exit %d, stderr %q; want exit 1 naming minSyncPeriod", code, stderr)
 	}
 }
 

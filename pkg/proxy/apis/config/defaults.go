@@ -110,6 +110,22 @@ func NewDefaultConfiguration() *v1alpha1.KubeProxyConfiguration {
 	return cfg
 }
 
+// FlagIPVSMinSyncPeriod is the default of --ipvs-min-sync-period when no
+// --config file is given. Upstream keeps one sync period pair internally,
+// converted from the v1alpha1 defaults of the iptables section (1s) when only
+// flags are used, and from the ipvs section (0) when a file says mode: ipvs; its
+// --help shows "(default 1s)". A file's missing minSyncPeriod stays 0.
+const FlagIPVSMinSyncPeriod = time.Second
+
+// NewFlagDefaultConfiguration is the configuration the command-line flags
+// start from when no --config file is given: the v1alpha1 defaults, except
+// where upstream's flag defaults differ from them (ipvs.minSyncPeriod).
+func NewFlagDefaultConfiguration() *v1alpha1.KubeProxyConfiguration {
+	cfg := NewDefaultConfiguration()
+	cfg.IPVS.MinSyncPeriod.Duration = FlagIPVSMinSyncPeriod
+	return cfg
+}
+
 func defaultDuration(d *metav1.Duration, value time.Duration) {
 	if d.Duration == 0 {
 		d.Duration = value
