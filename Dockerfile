@@ -21,7 +21,7 @@ RUN CGO_ENABLED=0 GOOS=linux go build -trimpath \
 FROM debian:bookworm-slim
 RUN apt-get update \
  && apt-get install -y --no-install-recommends \
-      iptables ipset conntrack ipvsadm kmod ca-certificates \
+      iptables ipset conntrack ipvsadm kmod nftables ca-certificates \
  && rm -rf /var/lib/apt/lists/* \
  # Debian's iptables package ships both backends; pick nft by default as
  # upstream's image does, and keep iptables-legacy available.

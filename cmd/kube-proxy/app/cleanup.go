@@ -12,6 +12,7 @@ import (
 	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/iptables"
 	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/ipvs"
 	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/netlink"
+	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/nftables"
 )
 
 // runCleanup removes everything kube-proxy programmed on the node (--cleanup).
@@ -37,6 +38,11 @@ func runCleanup(ctx context.Context, s *ProxyServer) error {
 	k.IPTables = []iptables.Interface{iptables.New(exec, iptables.ProtocolIPv4, mode)}
 	if kernelSupportsFamily("IPv6") {
 		k.IPTables = append(k.IPTables, iptables.New(exec, iptables.ProtocolIPv6, mode))
+	}
+	if _, err := exec.LookPath("nft"); err == nil {
+		k.NFTables = nftables.New(exec)
+	} else {
+		logger.Info("nft is not installed; tables of upstream's nftables mode, if any, are left in place")
 	}
 	exclude, err := parseCIDRs(s.Config.IPVS.ExcludeCIDRs)
 	if err != nil {

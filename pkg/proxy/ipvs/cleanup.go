@@ -7,16 +7,19 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"regexp"
 	"sort"
 	"strconv"
 	"strings"
 
+	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/sets"
 
 	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/ipset"
 	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/iptables"
 	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/ipvs"
 	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/netlink"
+	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/nftables"
 )
 
 // CleanupKernel is what --cleanup needs: IPVS, ipset, netlink and one iptables
@@ -26,20 +29,106 @@ type CleanupKernel struct {
 	IPSet    ipset.Interface
 	IPTables []iptables.Interface
 	Netlink  netlink.Handle
+	NFTables nftables.Interface // nil when nft is not installed
 }
 
-// kubeletChains belong to the kubelet, which also uses the KUBE- prefix; --cleanup
-// leaves them alone.
-var kubeletChains = sets.New[string]("KUBE-KUBELET-CANARY", "KUBE-FIREWALL", "KUBE-MARK-DROP")
+// upstreamNFTablesTables hold all of upstream's nftables-mode state.
+var upstreamNFTablesTables = []nftables.Table{
+	{Family: nftables.FamilyIPv4, Name: "kube-proxy"},
+	{Family: nftables.FamilyIPv6, Name: "kube-proxy"},
+}
+
+// CleanupNFTablesMode deletes the tables of upstream's nftables mode, as
+// upstream's ipvs mode does when it starts and on --cleanup. It returns the
+// tables it deleted.
+func CleanupNFTablesMode(ctx context.Context, nft nftables.Interface) ([]nftables.Table, error) {
+	var deleted []nftables.Table
+	var errs []error
+	for _, t := range upstreamNFTablesTables {
+		existed, err := nft.DeleteTable(ctx, t)
+		if err != nil {
+			errs = append(errs, err)
+		}
+		if existed && err == nil {
+			deleted = append(deleted, t)
+		}
+	}
+	return deleted, errors.Join(errs...)
+}
+
+// upstreamChains is every iptables chain upstream kube-proxy 1.37 creates in its
+// ipvs and iptables modes (pkg/proxy/ipvs/proxier.go iptablesChains,
+// pkg/proxy/iptables/proxier.go and its CleanupLeftovers), by table. --cleanup
+// removes these and nothing else: other software uses the KUBE- prefix too
+// (the kubelet's KUBE-FIREWALL and KUBE-KUBELET-CANARY, kube-router's
+// KUBE-ROUTER-* and KUBE-NWPLCY-*, ...).
+var upstreamChains = map[iptables.Table][]iptables.Chain{
+	iptables.TableNAT: {
+		chainServices,       // ipvs and iptables modes
+		chainPostrouting,    // ipvs and iptables modes
+		chainMarkMasq,       // ipvs and iptables modes
+		chainNodePort,       // ipvs mode
+		chainLoadBalancer,   // ipvs mode
+		"KUBE-NODEPORTS",    // iptables mode
+		"KUBE-PROXY-CANARY", // iptables mode: the rule-flush canary
+	},
+	iptables.TableFilter: {
+		chainForward,             // ipvs and iptables modes
+		chainProxyFirewall,       // ipvs and iptables modes
+		chainNodePort,            // ipvs mode: health check node ports
+		chainSourceRangesFW,      // ipvs mode
+		chainIPVSFilter,          // ipvs mode
+		chainIPVSOutFilter,       // ipvs mode
+		"KUBE-SERVICES",          // iptables mode: REJECT for Services without endpoints
+		"KUBE-EXTERNAL-SERVICES", // iptables mode
+		"KUBE-NODEPORTS",         // iptables mode: health check node ports
+		"KUBE-PROXY-CANARY",      // iptables mode
+	},
+	iptables.TableMangle: {
+		"KUBE-PROXY-CANARY", // iptables mode
+	},
+}
+
+// iptablesModeServiceChain matches the per-Service and per-endpoint chains of
+// upstream's iptables mode: a fixed prefix and the first 16 characters of a
+// base32-encoded SHA-256 (servicePortChainName, servicePortEndpointChainName, ...).
+var iptablesModeServiceChain = regexp.MustCompile(`^KUBE-(SVC|SVL|EXT|FW|SEP)-[A-Z2-7]{16}$`)
+
+// isKubeProxyChain says whether chain in table is one upstream kube-proxy (or this
+// daemon) creates.
+func isKubeProxyChain(table iptables.Table, chain string) bool {
+	for _, c := range upstreamChains[table] {
+		if string(c) == chain {
+			return true
+		}
+	}
+	return table == iptables.TableNAT && iptablesModeServiceChain.MatchString(chain)
+}
+
+// kubeProxySetNames is every ipset name upstream's ipvs mode creates, in both
+// families (KUBE-6-* for IPv6), plus the temporary names this daemon uses while it
+// replaces a set of the wrong type.
+func kubeProxySetNames() sets.Set[string] {
+	names := sets.New[string]()
+	for _, s := range ipsetTable {
+		for _, family := range []v1.IPFamily{v1.IPv4Protocol, v1.IPv6Protocol} {
+			name := familySetName(s.name, family)
+			names.Insert(name, ipset.TempName(name))
+		}
+	}
+	return names
+}
 
 // serviceSets hold (ip, protocol, port) of service virtual servers.
 var serviceSets = []string{setClusterIP, setExternalIP, setExternalIPLocal, setLoadBalancer}
 
 // Cleanup removes everything kube-proxy (ours, or upstream's ipvs and iptables modes)
 // programs on a node: its IPVS virtual servers (never third-party ones, never inside
-// excludeCIDRs), kube-ipvs0, the jump rules and KUBE-* chains of nat, filter and mangle
-// for every family, and every KUBE-* / KUBE-6-* ipset. It is idempotent; the error
-// names everything that could not be removed.
+// excludeCIDRs), kube-ipvs0, upstream's nftables-mode tables, the chains upstream creates in nat, filter and mangle
+// for every family (upstreamChains) with every rule that jumps to them, and the
+// ipsets of upstream's ipvs mode in both families. Chains and sets of other software
+// survive even when their names start with KUBE-. It is idempotent; the error names
+// everything that could not be removed.
 func Cleanup(ctx context.Context, k CleanupKernel, excludeCIDRs []*net.IPNet) error {
 	var errs []error
 	var all map[string]*ipset.SetWithEntries
@@ -64,11 +153,17 @@ func Cleanup(ctx context.Context, k CleanupKernel, excludeCIDRs []*net.IPNet) er
 			}
 		}
 	}
+	if k.NFTables != nil {
+		if _, err := CleanupNFTablesMode(ctx, k.NFTables); err != nil {
+			errs = append(errs, err)
+		}
+	}
 	// Sets last: the kernel refuses to destroy a set an iptables rule still uses.
 	if all != nil {
+		ours := kubeProxySetNames()
 		names := make([]string, 0, len(all))
 		for name := range all {
-			if strings.HasPrefix(name, "KUBE-") {
+			if ours.Has(name) {
 				names = append(names, name)
 			}
 		}
@@ -178,8 +273,8 @@ func inCIDRs(ip net.IP, cidrs []*net.IPNet) bool {
 	return false
 }
 
-// cleanupTable removes, in one iptables-restore, every rule that jumps to a KUBE-
-// chain and every KUBE- chain (kubelet's excepted).
+// cleanupTable removes, in one iptables-restore, kube-proxy's chains of table
+// (isKubeProxyChain) and every rule of another chain that jumps to one of them.
 func cleanupTable(ctx context.Context, ipt iptables.Interface, table iptables.Table) error {
 	var buf bytes.Buffer
 	if err := ipt.SaveInto(ctx, table, &buf); err != nil {
@@ -194,18 +289,17 @@ func cleanupTable(ctx context.Context, ipt iptables.Interface, table iptables.Ta
 		switch {
 		case strings.HasPrefix(line, ":"):
 			name := strings.Fields(line[1:])[0]
-			if strings.HasPrefix(name, "KUBE-") && !kubeletChains.Has(name) {
+			if isKubeProxyChain(table, name) {
 				chains = append(chains, name)
 			}
 		case strings.HasPrefix(line, "-A "):
 			fields := strings.Fields(line)
 			// Rules of the chains being removed go with them; any other chain (built-in
 			// or someone else's) loses only its jumps into them.
-			if len(fields) < 2 || (strings.HasPrefix(fields[1], "KUBE-") && !kubeletChains.Has(fields[1])) {
+			if len(fields) < 2 || isKubeProxyChain(table, fields[1]) {
 				continue
 			}
-			target := jumpTarget(fields)
-			if strings.HasPrefix(target, "KUBE-") && !kubeletChains.Has(target) {
+			if isKubeProxyChain(table, jumpTarget(fields)) {
 				deletes = append(deletes, "-D"+line[2:])
 			}
 		}
