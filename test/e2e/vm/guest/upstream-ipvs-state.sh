@@ -62,8 +62,8 @@ iptables-restore --noflush <<'RULES'
 :KUBE-NODE-PORT - [0:0]
 :KUBE-LOAD-BALANCER - [0:0]
 :KUBE-MARK-MASQ - [0:0]
-:KUBE-SVC-LEFTOVER0000000 - [0:0]
-:KUBE-SEP-LEFTOVER0000000 - [0:0]
+:KUBE-SVC-ERIFXISQEP7F7OF4 - [0:0]
+:KUBE-SEP-Z6JCHCWTSDXQNTWQ - [0:0]
 -A PREROUTING -m comment --comment "kubernetes service portals" -j KUBE-SERVICES
 -A OUTPUT -m comment --comment "kubernetes service portals" -j KUBE-SERVICES
 -A POSTROUTING -m comment --comment "kubernetes postrouting rules" -j KUBE-POSTROUTING
@@ -78,8 +78,8 @@ iptables-restore --noflush <<'RULES'
 -A KUBE-SERVICES -m set --match-set KUBE-CLUSTER-IP dst,dst -j ACCEPT
 -A KUBE-LOAD-BALANCER -j KUBE-MARK-MASQ
 -A KUBE-NODE-PORT -p tcp -m comment --comment "Kubernetes nodeport TCP port for masquerade purpose" -m set --match-set KUBE-NODE-PORT-TCP dst -j KUBE-MARK-MASQ
--A KUBE-SVC-LEFTOVER0000000 -j KUBE-SEP-LEFTOVER0000000
--A KUBE-SEP-LEFTOVER0000000 -p tcp -j DNAT --to-destination 10.244.0.250:8080
+-A KUBE-SVC-ERIFXISQEP7F7OF4 -j KUBE-SEP-Z6JCHCWTSDXQNTWQ
+-A KUBE-SEP-Z6JCHCWTSDXQNTWQ -p tcp -j DNAT --to-destination 10.244.0.250:8080
 COMMIT
 *filter
 :KUBE-FORWARD - [0:0]
