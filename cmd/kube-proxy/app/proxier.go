@@ -115,6 +115,13 @@ func createProxier(ctx context.Context, s *ProxyServer) (proxy.Provider, error) 
 		proxiers[family] = p
 		all = append(all, p)
 	}
+	s.HeldBack = func() any {
+		out := []ipvsproxy.HeldBackObject{}
+		for _, p := range all {
+			out = append(out, p.HeldBack()...)
+		}
+		return out
+	}
 	if s.VirtualServerMetrics {
 		if err := metrics.RegisterVirtualServerStats(func() []metrics.VirtualServerStats {
 			var out []metrics.VirtualServerStats

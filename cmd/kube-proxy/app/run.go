@@ -64,6 +64,9 @@ func (s *ProxyServer) Run(ctx context.Context) error {
 		handler := proxymetrics.NewMetricsMux("ipvs", cfg.EnableProfiling, func() any {
 			return map[string]any{"kubeproxy.config.k8s.io": cfg}
 		})
+		if s.HeldBack != nil {
+			handler = proxymetrics.WithHeldBack(handler, s.HeldBack)
+		}
 		run := func(ctx context.Context) error { return serveHTTP(ctx, cfg.MetricsBindAddress, handler) }
 		go s.serve(ctx, "metrics", cfg.MetricsBindAddress, run, errCh)
 	}

@@ -70,6 +70,9 @@ type ProxyServer struct {
 
 	// Proxier is created by createProxier after the kernel set-up.
 	Proxier proxy.Provider
+	// HeldBack lists what the proxiers are not programming, for the metrics server's
+	// debug endpoint; set by createProxier.
+	HeldBack func() any
 
 	// ConfigFile is --config; the daemon exits when its content changes.
 	ConfigFile string

@@ -107,3 +107,25 @@ func writePlainText(w http.ResponseWriter, code int, text string) {
 	w.WriteHeader(code)
 	_, _ = fmt.Fprintln(w, text)
 }
+
+// HeldBackPath lists, as JSON, the objects the proxier is not programming (values it
+// refused, writes the kernel refused and that are being retried), with their Services,
+// reason, error and next retry. kubeproxy_ipvs_held_back_objects counts them.
+const HeldBackPath = "/debug/kube-proxy-ipvs/held-back"
+
+// WithHeldBack serves HeldBackPath from list and everything else from next.
+func WithHeldBack(next http.Handler, list func() any) http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("/", next)
+	mux.HandleFunc(HeldBackPath, func(w http.ResponseWriter, _ *http.Request) {
+		body, err := json.MarshalIndent(list(), "", "  ")
+		if err != nil {
+			http.Error(w, fmt.Sprintf("error marshaling the held-back list: %v", err), http.StatusInternalServerError)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("X-Content-Type-Options", "nosniff")
+		_, _ = w.Write(append(body, '\n'))
+	})
+	return mux
+}
