@@ -89,7 +89,9 @@ func goodState(e *testEnv) string {
 	return b.String()
 }
 
-func svcWith(name string, mods ...func(*v1.Service)) *v1.Service { return makeService("bad", name, mods...) }
+func svcWith(name string, mods ...func(*v1.Service)) *v1.Service {
+	return makeService("bad", name, mods...)
+}
 
 func epsFor(svc string, eps ...discovery.Endpoint) *discovery.EndpointSlice {
 	return makeSlice("bad", svc, svc+"-1", tcp("p", 80), eps...)
