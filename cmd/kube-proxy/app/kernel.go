@@ -6,16 +6,18 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
 	"k8s.io/kube-proxy/config/v1alpha1"
+	utilexec "k8s.io/utils/exec"
 
+	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/boundedexec"
 	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/sysctl"
 )
 
@@ -159,10 +161,13 @@ func (k kernelSetup) raiseHashsize(want int) error {
 	return nil
 }
 
+// modprobeTimeout bounds one modprobe (a module load takes well under a second).
+const modprobeTimeout = 30 * time.Second
+
 func modprobe(ctx context.Context, name string) error {
-	out, err := exec.CommandContext(ctx, "modprobe", "--", name).CombinedOutput()
+	_, stderr, err := boundedexec.Run(ctx, utilexec.New(), modprobeTimeout, "modprobe", nil, "--", name)
 	if err != nil {
-		return fmt.Errorf("modprobe %s: %w: %s", name, err, strings.TrimSpace(string(out)))
+		return fmt.Errorf("modprobe %s: %w: %s", name, err, strings.TrimSpace(string(stderr)))
 	}
 	return nil
 }

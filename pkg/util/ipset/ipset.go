@@ -8,46 +8,56 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 
 	utilexec "k8s.io/utils/exec"
+
+	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/boundedexec"
 )
 
 const cmdIPSet = "ipset"
 
+// Deadlines of one ipset process; past its deadline the process is killed and the
+// call fails with a *boundedexec.TimeoutError (errors.Is context.DeadlineExceeded).
+// They are ~10x what the work takes on a 2-vCPU machine (docs/PERFORMANCE.md:
+// 11 us per restored entry, 20 us per saved one), so only a hung ipset hits them.
+const (
+	// ReadTimeout bounds one `ipset list` or `ipset save` (~600k entries in 12 s).
+	ReadTimeout = 2 * time.Minute
+	// RestoreTimeout plus RestoreTimeoutPerLine for every line of input bounds one
+	// `ipset restore`: 30 s for a small batch, 140 s for 550k entries.
+	RestoreTimeout        = 30 * time.Second
+	RestoreTimeoutPerLine = 200 * time.Microsecond
+)
+
 // runner is the real Interface over the ipset(8) binary.
 type runner struct {
 	exec utilexec.Interface
+	// Deadlines (the constants above; tests shorten them).
+	readTimeout, restoreTimeout, restorePerLine time.Duration
 }
 
 // New returns the real implementation. Every Apply is one `ipset restore -exist`
-// process fed on stdin; reads are one `ipset list`/`ipset save` each.
+// process fed on stdin; reads are one `ipset list`/`ipset save` each. Each process
+// runs under the deadlines above.
 func New(exec utilexec.Interface) Interface {
-	return &runner{exec: exec}
+	return &runner{exec: exec, readTimeout: ReadTimeout, restoreTimeout: RestoreTimeout, restorePerLine: RestoreTimeoutPerLine}
 }
 
 var _ Interface = &runner{}
 
-// run executes ipset with args and stdin; a failure becomes an *Error of the kind
-// ipset's message names.
-func (r *runner) run(ctx context.Context, command string, stdin []byte, args ...string) ([]byte, *Error) {
-	cmd := r.exec.CommandContext(ctx, cmdIPSet, args...)
-	var stdout, stderr bytes.Buffer
-	if stdin != nil {
-		cmd.SetStdin(bytes.NewReader(stdin))
-	}
-	cmd.SetStdout(&stdout)
-	cmd.SetStderr(&stderr)
-	err := cmd.Run()
+// run executes ipset with args and stdin, bounded by timeout; a failure becomes an
+// *Error of the kind ipset's message names (a timeout wraps a
+// *boundedexec.TimeoutError).
+func (r *runner) run(ctx context.Context, timeout time.Duration, command string, stdin []byte, args ...string) ([]byte, *Error) {
+	stdout, stderr, err := boundedexec.Run(ctx, r.exec, timeout, cmdIPSet, stdin, args...)
 	if err == nil {
-		return stdout.Bytes(), nil
+		return stdout, nil
 	}
-	line, reason := parseStderr(stderr.String())
+	line, reason := parseStderr(string(stderr))
 	kind := ErrUnknown
 	if reason != "" {
 		kind = classify(reason)
-	}
-	if ctx.Err() != nil {
-		err = fmt.Errorf("%w: %w", ctx.Err(), err)
 	}
 	return nil, &Error{Command: command, Index: line - 1, Reason: reason, Kind: kind, Err: err}
 }
@@ -61,7 +71,8 @@ func (r *runner) Apply(ctx context.Context, tx *Transaction) error {
 	if err != nil {
 		return err
 	}
-	_, ierr := r.run(ctx, "restore", encode(ops), "restore", "-exist")
+	timeout := r.restoreTimeout + time.Duration(len(ops))*r.restorePerLine
+	_, ierr := r.run(ctx, timeout, "restore", encode(ops), "restore", "-exist")
 	if ierr == nil {
 		return nil
 	}
@@ -76,7 +87,7 @@ func (r *runner) Apply(ctx context.Context, tx *Transaction) error {
 // ListSets returns every set's header, from `ipset list -t` (the human format: it is
 // the only listing that prints names containing blanks unambiguously).
 func (r *runner) ListSets(ctx context.Context) ([]*Set, error) {
-	out, ierr := r.run(ctx, "list", nil, "list", "-t")
+	out, ierr := r.run(ctx, r.readTimeout, "list", nil, "list", "-t")
 	if ierr != nil {
 		return nil, ierr
 	}
@@ -88,7 +99,7 @@ func (r *runner) ListEntries(ctx context.Context, set string) ([]string, error) 
 	if err := ValidateName(set); err != nil {
 		return nil, &Error{Command: "list", Index: -1, Kind: ErrInvalid, Reason: err.Error()}
 	}
-	out, ierr := r.run(ctx, "list", nil, "list", "-o", "save", set)
+	out, ierr := r.run(ctx, r.readTimeout, "list", nil, "list", "-o", "save", set)
 	if ierr != nil {
 		ierr.Reason = fmt.Sprintf("set %s: %s", set, ierr.Reason)
 		return nil, ierr
@@ -106,7 +117,7 @@ func (r *runner) ListEntries(ctx context.Context, set string) ([]string, error) 
 
 // SaveAll returns every set with its entries from one `ipset save`.
 func (r *runner) SaveAll(ctx context.Context) (map[string]*SetWithEntries, error) {
-	out, ierr := r.run(ctx, "save", nil, "save")
+	out, ierr := r.run(ctx, r.readTimeout, "save", nil, "save")
 	if ierr != nil {
 		return nil, ierr
 	}

@@ -61,6 +61,9 @@ func (e *Error) Error() string {
 	fmt.Fprintf(&b, ": %v", e.Kind)
 	if e.ExitCode >= 0 {
 		fmt.Fprintf(&b, " (exit status %d)", e.ExitCode)
+	} else if e.Err != nil {
+		// Killed (timeout) or never started: the exec error says which.
+		fmt.Fprintf(&b, " (%v)", e.Err)
 	}
 	if e.Stderr != "" {
 		fmt.Fprintf(&b, ": %s", e.Stderr)

@@ -6,8 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	utilexec "k8s.io/utils/exec"
+
+	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/boundedexec"
 )
 
 // Mode is the iptables backend.
@@ -25,6 +28,17 @@ const EnvMode = "KUBE_PROXY_IPTABLES_MODE"
 // the nft backend ignores it).
 const lockWait = "5"
 
+// Deadlines of one iptables process; past its deadline the process is killed and
+// the call fails with a *boundedexec.TimeoutError (errors.Is
+// context.DeadlineExceeded). Both include the 5 s xtables lock wait.
+const (
+	// CommandTimeout bounds one iptables command (-N, -C, -I, -D, -X, -F, -S).
+	CommandTimeout = 30 * time.Second
+	// RestoreTimeout bounds one iptables-restore or iptables-save: 10k rules
+	// restore in 0.5 s (nft backend, docs/PERFORMANCE.md).
+	RestoreTimeout = time.Minute
+)
+
 // runner is the real Interface for one family and backend.
 type runner struct {
 	exec     utilexec.Interface
@@ -33,6 +47,8 @@ type runner struct {
 	bin      string // iptables-nft
 	save     string // iptables-nft-save
 	restore  string // iptables-nft-restore
+	// Deadlines (the constants above; tests shorten them).
+	commandTimeout, restoreTimeout time.Duration
 }
 
 // New returns the real implementation for protocol over the mode backend's
@@ -46,7 +62,8 @@ func New(exec utilexec.Interface, protocol Protocol, mode Mode) Interface {
 		mode = ModeNFT
 	}
 	bin := base + "-" + string(mode)
-	return &runner{exec: exec, protocol: protocol, mode: mode, bin: bin, save: bin + "-save", restore: bin + "-restore"}
+	return &runner{exec: exec, protocol: protocol, mode: mode, bin: bin, save: bin + "-save", restore: bin + "-restore",
+		commandTimeout: CommandTimeout, restoreTimeout: RestoreTimeout}
 }
 
 var _ Interface = &runner{}
@@ -56,29 +73,21 @@ func (r *runner) Protocol() Protocol { return r.protocol }
 // Mode returns the backend this runner uses.
 func (r *runner) Mode() Mode { return r.mode }
 
-// run executes one command; a non-zero exit becomes an *Error whose Kind comes from
-// the exit status (callers refine it for their command).
-func (r *runner) run(ctx context.Context, bin string, stdin []byte, args ...string) ([]byte, *Error) {
-	cmd := r.exec.CommandContext(ctx, bin, args...)
-	var stdout, stderr bytes.Buffer
-	if stdin != nil {
-		cmd.SetStdin(bytes.NewReader(stdin))
-	}
-	cmd.SetStdout(&stdout)
-	cmd.SetStderr(&stderr)
-	err := cmd.Run()
+// run executes one command bounded by timeout; a non-zero exit becomes an *Error
+// whose Kind comes from the exit status (callers refine it for their command). A
+// killed command (timeout) has ExitCode -1 and wraps a *boundedexec.TimeoutError.
+func (r *runner) run(ctx context.Context, timeout time.Duration, bin string, stdin []byte, args ...string) ([]byte, *Error) {
+	stdout, stderr, err := boundedexec.Run(ctx, r.exec, timeout, bin, stdin, args...)
 	if err == nil {
-		return stdout.Bytes(), nil
+		return stdout, nil
 	}
 	code := -1
 	var exitErr utilexec.ExitError
-	if errors.As(err, &exitErr) {
+	var timeoutErr *boundedexec.TimeoutError
+	if errors.As(err, &exitErr) && !errors.As(err, &timeoutErr) {
 		code = exitErr.ExitStatus()
 	}
-	if ctx.Err() != nil {
-		err = fmt.Errorf("%w: %w", ctx.Err(), err)
-	}
-	return nil, &Error{Command: bin, Args: args, ExitCode: code, Stderr: trimStderr(stderr.String()), Kind: kindForExit(code), Err: err}
+	return nil, &Error{Command: bin, Args: args, ExitCode: code, Stderr: trimStderr(string(stderr)), Kind: kindForExit(code), Err: err}
 }
 
 // trimStderr drops the nft backend's "# Warning: iptables-legacy tables present"
@@ -96,7 +105,7 @@ func trimStderr(s string) string {
 }
 
 func (r *runner) cli(ctx context.Context, table Table, args ...string) ([]byte, *Error) {
-	return r.run(ctx, r.bin, nil, append([]string{"-w", lockWait, "-t", string(table)}, args...)...)
+	return r.run(ctx, r.commandTimeout, r.bin, nil, append([]string{"-w", lockWait, "-t", string(table)}, args...)...)
 }
 
 // EnsureChain creates chain; exit 1 from -N means it already exists.
@@ -207,7 +216,7 @@ func validateArgs(args []string) error {
 }
 
 func (r *runner) SaveInto(ctx context.Context, table Table, buf *bytes.Buffer) error {
-	out, err := r.run(ctx, r.save, nil, "-t", string(table))
+	out, err := r.run(ctx, r.restoreTimeout, r.save, nil, "-t", string(table))
 	if err != nil {
 		return err
 	}
@@ -225,7 +234,7 @@ func (r *runner) RestoreAll(ctx context.Context, data []byte, flush FlushFlag, c
 	if counters == RestoreCount {
 		args = append(args, "--counters")
 	}
-	_, err := r.run(ctx, r.restore, data, args...)
+	_, err := r.run(ctx, r.restoreTimeout, r.restore, data, args...)
 	if err == nil {
 		return nil
 	}

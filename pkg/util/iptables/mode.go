@@ -9,7 +9,12 @@ import (
 	"time"
 
 	utilexec "k8s.io/utils/exec"
+
+	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/boundedexec"
 )
+
+// detectTimeout bounds each iptables-save DetectMode runs.
+const detectTimeout = 5 * time.Second
 
 // hintChains are created by kubelet in the backend it uses; their presence decides
 // (as in kubernetes-sigs/iptables-wrappers).
@@ -78,15 +83,9 @@ func DetectMode(ctx context.Context, exec utilexec.Interface) (Mode, error) {
 		for _, base := range []string{"iptables", "ip6tables"} {
 			// A backend whose kernel side is broken can hang; the wrapper script
 			// upstream bounds it the same way.
-			cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-			cmd := exec.CommandContext(cctx, base+"-"+string(mode)+"-save")
-			var out bytes.Buffer
-			cmd.SetStdout(&out)
-			cmd.SetStderr(&bytes.Buffer{})
-			if cmd.Run() == nil {
-				all.Write(out.Bytes())
+			if out, _, err := boundedexec.Run(ctx, exec, detectTimeout, base+"-"+string(mode)+"-save", nil); err == nil {
+				all.Write(out)
 			}
-			cancel()
 		}
 		return statsOf(all.Bytes())
 	}
