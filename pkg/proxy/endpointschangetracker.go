@@ -1,9 +1,7 @@
 package proxy
 
 import (
-	"cmp"
 	"reflect"
-	"slices"
 	"sync"
 	"time"
 
@@ -111,22 +109,10 @@ func lastChangeTriggerTime(slice *discovery.EndpointSlice) time.Time {
 	return t
 }
 
-// ServiceEndpoint names one endpoint of one service port.
-type ServiceEndpoint struct {
-	Endpoint        string // "ip:port"
-	ServicePortName ServicePortName
-}
-
 // UpdateEndpointsMapResult says what an EndpointsMap.Update changed.
 type UpdateEndpointsMapResult struct {
 	// UpdatedServices is every Service whose endpoints changed.
 	UpdatedServices sets.Set[types.NamespacedName]
-	// DeletedUDPEndpoints are UDP/SCTP endpoints that were serving and no longer are
-	// (removed, or no longer serving): conntrack entries to them are stale.
-	DeletedUDPEndpoints []ServiceEndpoint
-	// NewlyActiveUDPServices are UDP/SCTP service ports that went from no serving
-	// endpoint to some: conntrack may hold entries that black-holed their traffic.
-	NewlyActiveUDPServices []ServicePortName
 	// LastChangeTriggerTimes are the trigger times of the applied changes.
 	LastChangeTriggerTimes map[types.NamespacedName][]time.Time
 }
@@ -159,62 +145,8 @@ func (em EndpointsMap) Update(ect *EndpointsChangeTracker) UpdateEndpointsMapRes
 		for spn, eps := range change.current {
 			em[spn] = eps
 		}
-		staleConntrackEntries(change.previous, change.current, &result)
 	}
-	sortServiceEndpoints(result.DeletedUDPEndpoints)
-	sortServicePortNames(result.NewlyActiveUDPServices)
 	return result
-}
-
-// staleConntrackEntries adds to result the UDP/SCTP endpoints that stopped serving and
-// the UDP/SCTP ports that started having serving endpoints.
-func staleConntrackEntries(previous, current EndpointsMap, result *UpdateEndpointsMapResult) {
-	for spn, eps := range previous {
-		if !connectionless(spn.Protocol) {
-			continue
-		}
-		stillServing := sets.New[string]()
-		for _, ep := range current[spn] {
-			if ep.Serving {
-				stillServing.Insert(ep.String())
-			}
-		}
-		for _, ep := range eps {
-			// Traffic never went to an endpoint that was not serving.
-			if ep.Serving && !stillServing.Has(ep.String()) {
-				result.DeletedUDPEndpoints = append(result.DeletedUDPEndpoints, ServiceEndpoint{Endpoint: ep.String(), ServicePortName: spn})
-			}
-		}
-	}
-	for spn, eps := range current {
-		if connectionless(spn.Protocol) && countServing(eps) > 0 && countServing(previous[spn]) == 0 {
-			result.NewlyActiveUDPServices = append(result.NewlyActiveUDPServices, spn)
-		}
-	}
-}
-
-func countServing(eps []*Endpoint) int {
-	n := 0
-	for _, ep := range eps {
-		if ep.Serving {
-			n++
-		}
-	}
-	return n
-}
-
-func sortServiceEndpoints(s []ServiceEndpoint) {
-	slices.SortFunc(s, func(a, b ServiceEndpoint) int {
-		return cmp.Or(cmp.Compare(a.ServicePortName.String(), b.ServicePortName.String()),
-			cmp.Compare(a.ServicePortName.Protocol, b.ServicePortName.Protocol),
-			cmp.Compare(a.Endpoint, b.Endpoint))
-	})
-}
-
-func sortServicePortNames(s []ServicePortName) {
-	slices.SortFunc(s, func(a, b ServicePortName) int {
-		return cmp.Or(cmp.Compare(a.String(), b.String()), cmp.Compare(a.Protocol, b.Protocol))
-	})
 }
 
 // addressTypeOf is the EndpointSlice address type holding family's addresses.

@@ -340,21 +340,14 @@ func TestEndpointsChangeTracker(t *testing.T) {
 	dns1NotReady := makeSlice("dns-1", "dns", v4, dnsUDP, endpoint("10.1.0.53", notReady()))
 	sctp1 := makeSlice("s-1", "s", v4, []discovery.EndpointPort{epPort("s", 9, v1.ProtocolSCTP)}, endpoint("10.1.0.9"))
 
-	spn := func(svc, port string, p v1.Protocol) ServicePortName {
-		return ServicePortName{NamespacedName: nsn(svc), Port: port, Protocol: p}
-	}
-	dnsPort := spn("dns", "dns", v1.ProtocolUDP)
-
 	testCases := []struct {
-		name              string
-		initial           []sliceEvent
-		events            []sliceEvent
-		wantChanged       []bool
-		wantPending       []string
-		wantMap           string
-		wantUpdated       []types.NamespacedName
-		wantDeletedUDP    []ServiceEndpoint
-		wantNewlyActiveUD []ServicePortName
+		name        string
+		initial     []sliceEvent
+		events      []sliceEvent
+		wantChanged []bool
+		wantPending []string
+		wantMap     string
+		wantUpdated []types.NamespacedName
 	}{
 		{
 			name:        "add",
@@ -414,33 +407,30 @@ func TestEndpointsChangeTracker(t *testing.T) {
 			wantUpdated: []types.NamespacedName{nsn("web")},
 		},
 		{
-			name:           "UDP endpoint removed is stale",
-			initial:        []sliceEvent{{dns1, false}},
-			events:         []sliceEvent{{dns1One, false}},
-			wantChanged:    []bool{true},
-			wantPending:    []string{"ns/dns"},
-			wantMap:        "ns/dns:dns/UDP 10.1.0.53:53 ready serving",
-			wantUpdated:    []types.NamespacedName{nsn("dns")},
-			wantDeletedUDP: []ServiceEndpoint{{"10.1.0.54:53", dnsPort}},
+			name:        "UDP endpoint removed is stale",
+			initial:     []sliceEvent{{dns1, false}},
+			events:      []sliceEvent{{dns1One, false}},
+			wantChanged: []bool{true},
+			wantPending: []string{"ns/dns"},
+			wantMap:     "ns/dns:dns/UDP 10.1.0.53:53 ready serving",
+			wantUpdated: []types.NamespacedName{nsn("dns")},
 		},
 		{
-			name:           "UDP endpoint no longer serving is stale, serving-terminating is not",
-			initial:        []sliceEvent{{dns1, false}},
-			events:         []sliceEvent{{dns1Terminating, false}},
-			wantChanged:    []bool{true},
-			wantPending:    []string{"ns/dns"},
-			wantMap:        "ns/dns:dns/UDP 10.1.0.53:53 serving terminating\nns/dns:dns/UDP 10.1.0.54:53",
-			wantUpdated:    []types.NamespacedName{nsn("dns")},
-			wantDeletedUDP: []ServiceEndpoint{{"10.1.0.54:53", dnsPort}},
+			name:        "UDP endpoint no longer serving is stale, serving-terminating is not",
+			initial:     []sliceEvent{{dns1, false}},
+			events:      []sliceEvent{{dns1Terminating, false}},
+			wantChanged: []bool{true},
+			wantPending: []string{"ns/dns"},
+			wantMap:     "ns/dns:dns/UDP 10.1.0.53:53 serving terminating\nns/dns:dns/UDP 10.1.0.54:53",
+			wantUpdated: []types.NamespacedName{nsn("dns")},
 		},
 		{
-			name:           "deleting the UDP slice makes every serving endpoint stale",
-			initial:        []sliceEvent{{dns1, false}},
-			events:         []sliceEvent{{dns1, true}},
-			wantChanged:    []bool{true},
-			wantPending:    []string{"ns/dns"},
-			wantUpdated:    []types.NamespacedName{nsn("dns")},
-			wantDeletedUDP: []ServiceEndpoint{{"10.1.0.53:53", dnsPort}, {"10.1.0.54:53", dnsPort}},
+			name:        "deleting the UDP slice makes every serving endpoint stale",
+			initial:     []sliceEvent{{dns1, false}},
+			events:      []sliceEvent{{dns1, true}},
+			wantChanged: []bool{true},
+			wantPending: []string{"ns/dns"},
+			wantUpdated: []types.NamespacedName{nsn("dns")},
 		},
 		{
 			name:        "removing a UDP endpoint that never served is not stale",
@@ -451,13 +441,12 @@ func TestEndpointsChangeTracker(t *testing.T) {
 			wantUpdated: []types.NamespacedName{nsn("dns")},
 		},
 		{
-			name:           "SCTP is connectionless for conntrack too",
-			initial:        []sliceEvent{{sctp1, false}},
-			events:         []sliceEvent{{sctp1, true}},
-			wantChanged:    []bool{true},
-			wantPending:    []string{"ns/s"},
-			wantUpdated:    []types.NamespacedName{nsn("s")},
-			wantDeletedUDP: []ServiceEndpoint{{"10.1.0.9:9", spn("s", "s", v1.ProtocolSCTP)}},
+			name:        "SCTP is connectionless for conntrack too",
+			initial:     []sliceEvent{{sctp1, false}},
+			events:      []sliceEvent{{sctp1, true}},
+			wantChanged: []bool{true},
+			wantPending: []string{"ns/s"},
+			wantUpdated: []types.NamespacedName{nsn("s")},
 		},
 		{
 			name:        "TCP endpoint removed is not reported",
@@ -469,23 +458,21 @@ func TestEndpointsChangeTracker(t *testing.T) {
 			wantUpdated: []types.NamespacedName{nsn("web")},
 		},
 		{
-			name:              "UDP port going from no serving endpoint to some is newly active",
-			initial:           []sliceEvent{{dns1NotReady, false}},
-			events:            []sliceEvent{{dns1One, false}},
-			wantChanged:       []bool{true},
-			wantPending:       []string{"ns/dns"},
-			wantMap:           "ns/dns:dns/UDP 10.1.0.53:53 ready serving",
-			wantUpdated:       []types.NamespacedName{nsn("dns")},
-			wantNewlyActiveUD: []ServicePortName{dnsPort},
+			name:        "UDP port going from no serving endpoint to some is newly active",
+			initial:     []sliceEvent{{dns1NotReady, false}},
+			events:      []sliceEvent{{dns1One, false}},
+			wantChanged: []bool{true},
+			wantPending: []string{"ns/dns"},
+			wantMap:     "ns/dns:dns/UDP 10.1.0.53:53 ready serving",
+			wantUpdated: []types.NamespacedName{nsn("dns")},
 		},
 		{
-			name:              "new UDP service is newly active",
-			events:            []sliceEvent{{dns1One, false}, {sctp1, false}},
-			wantChanged:       []bool{true, true},
-			wantPending:       []string{"ns/dns", "ns/s"},
-			wantMap:           "ns/dns:dns/UDP 10.1.0.53:53 ready serving\nns/s:s/SCTP 10.1.0.9:9 ready serving",
-			wantUpdated:       []types.NamespacedName{nsn("dns"), nsn("s")},
-			wantNewlyActiveUD: []ServicePortName{dnsPort, spn("s", "s", v1.ProtocolSCTP)},
+			name:        "new UDP service is newly active",
+			events:      []sliceEvent{{dns1One, false}, {sctp1, false}},
+			wantChanged: []bool{true, true},
+			wantPending: []string{"ns/dns", "ns/s"},
+			wantMap:     "ns/dns:dns/UDP 10.1.0.53:53 ready serving\nns/s:s/SCTP 10.1.0.9:9 ready serving",
+			wantUpdated: []types.NamespacedName{nsn("dns"), nsn("s")},
 		},
 	}
 	for _, tc := range testCases {
@@ -513,12 +500,6 @@ func TestEndpointsChangeTracker(t *testing.T) {
 			}
 			if diff := cmp.Diff(sets.New(tc.wantUpdated...), result.UpdatedServices); diff != "" {
 				t.Errorf("UpdatedServices (-want +got):\n%s", diff)
-			}
-			if diff := cmp.Diff(tc.wantDeletedUDP, result.DeletedUDPEndpoints); diff != "" {
-				t.Errorf("DeletedUDPEndpoints (-want +got):\n%s", diff)
-			}
-			if diff := cmp.Diff(tc.wantNewlyActiveUD, result.NewlyActiveUDPServices); diff != "" {
-				t.Errorf("NewlyActiveUDPServices (-want +got):\n%s", diff)
 			}
 			if ect.PendingChanges().Len() != 0 {
 				t.Errorf("changes still pending after Update")

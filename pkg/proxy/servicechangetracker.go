@@ -1,9 +1,9 @@
 package proxy
 
 import (
-	"net"
-	"net/netip"
+	"cmp"
 	"reflect"
+	"slices"
 	"sync"
 
 	v1 "k8s.io/api/core/v1"
@@ -83,16 +83,17 @@ func (sct *ServiceChangeTracker) PendingChanges() int {
 type UpdateServiceMapResult struct {
 	// UpdatedServices is every Service whose ports were added, changed or removed.
 	UpdatedServices sets.Set[types.NamespacedName]
-	// DeletedUDPClusterIPs are cluster IPs that had a UDP or SCTP port before the
-	// update and have none after it: their conntrack entries are stale.
-	DeletedUDPClusterIPs sets.Set[string]
+	// Ports are the port names of each updated Service after the update, sorted
+	// (none for a Service that is gone or has nothing for this family): the proxier
+	// needs no port bookkeeping of its own.
+	Ports map[types.NamespacedName][]ServicePortName
 }
 
 // Update applies and clears the tracker's pending changes.
 func (sm ServicePortMap) Update(sct *ServiceChangeTracker) UpdateServiceMapResult {
 	result := UpdateServiceMapResult{
-		UpdatedServices:      sets.New[types.NamespacedName](),
-		DeletedUDPClusterIPs: sets.New[string](),
+		UpdatedServices: sets.New[types.NamespacedName](),
+		Ports:           map[types.NamespacedName][]ServicePortName{},
 	}
 	if sct == nil {
 		return result
@@ -102,46 +103,22 @@ func (sm ServicePortMap) Update(sct *ServiceChangeTracker) UpdateServiceMapResul
 	sct.items = make(map[types.NamespacedName]*serviceChange)
 	sct.lock.Unlock()
 
-	// UDP/SCTP cluster IPs that lost a port (removed, or moved to another IP).
-	candidates := map[netip.Addr]struct{}{}
 	for nn, change := range items {
 		result.UpdatedServices.Insert(nn)
-		for name, info := range change.previous {
-			cur, kept := change.current[name]
-			if connectionless(info.Protocol) && (!kept || !cur.ClusterIP.Equal(info.ClusterIP)) {
-				candidates[addrOf(info.ClusterIP)] = struct{}{}
-			}
-			if !kept {
+		for name := range change.previous {
+			if _, kept := change.current[name]; !kept {
 				delete(sm, name)
 			}
 		}
+		names := make([]ServicePortName, 0, len(change.current))
 		for name, info := range change.current {
 			sm[name] = info
+			names = append(names, name)
 		}
-	}
-	if len(candidates) > 0 {
-		// An IP is only stale if no UDP/SCTP port uses it any more.
-		for _, info := range sm {
-			if connectionless(info.Protocol) {
-				delete(candidates, addrOf(info.ClusterIP))
-			}
-		}
-		for addr := range candidates {
-			result.DeletedUDPClusterIPs.Insert(addr.String())
-		}
+		slices.SortFunc(names, func(a, b ServicePortName) int {
+			return cmp.Or(cmp.Compare(a.String(), b.String()), cmp.Compare(a.Protocol, b.Protocol))
+		})
+		result.Ports[nn] = names
 	}
 	return result
-}
-
-// addrOf converts without allocating; ServicePortInfo IPs are canonical, so equal
-// IPs give equal Addrs.
-func addrOf(ip net.IP) netip.Addr {
-	addr, _ := netip.AddrFromSlice(ip)
-	return addr.Unmap()
-}
-
-// connectionless reports whether conntrack entries of the protocol outlive a backend
-// change (UDP, SCTP) and so must be flushed by hand.
-func connectionless(p v1.Protocol) bool {
-	return p == v1.ProtocolUDP || p == v1.ProtocolSCTP
 }

@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"slices"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -43,7 +44,6 @@ func TestServiceChangeTracker(t *testing.T) {
 		wantPending []bool // Update's return value per event
 		wantMap     string
 		wantUpdated []types.NamespacedName
-		wantUDPIPs  []string
 	}{
 		{
 			name:        "add",
@@ -100,7 +100,6 @@ func TestServiceChangeTracker(t *testing.T) {
 			wantPending: []bool{true},
 			wantMap:     "ns/web:http/TCP 10.0.0.20:80/TCP",
 			wantUpdated: []types.NamespacedName{nsn("dns")},
-			wantUDPIPs:  []string{"10.0.0.10"},
 		},
 		{
 			name:        "dropping the only UDP port reports the IP even if TCP remains",
@@ -109,7 +108,6 @@ func TestServiceChangeTracker(t *testing.T) {
 			wantPending: []bool{true},
 			wantMap:     "ns/dns:dns-tcp/TCP 10.0.0.10:53/TCP",
 			wantUpdated: []types.NamespacedName{nsn("dns")},
-			wantUDPIPs:  []string{"10.0.0.10"},
 		},
 		{
 			name:        "dropping one of two UDP ports keeps the IP in use",
@@ -132,7 +130,6 @@ func TestServiceChangeTracker(t *testing.T) {
 			events:      []svcEvent{{sctp, nil}},
 			wantPending: []bool{true},
 			wantUpdated: []types.NamespacedName{nsn("sctp")},
-			wantUDPIPs:  []string{"10.0.0.30"},
 		},
 		{
 			name:        "independent services; the return value says any change is pending",
@@ -175,8 +172,21 @@ func TestServiceChangeTracker(t *testing.T) {
 			if diff := cmp.Diff(sets.New(tc.wantUpdated...), result.UpdatedServices); diff != "" {
 				t.Errorf("UpdatedServices (-want +got):\n%s", diff)
 			}
-			if diff := cmp.Diff(sets.New(tc.wantUDPIPs...), result.DeletedUDPClusterIPs); diff != "" {
-				t.Errorf("DeletedUDPClusterIPs (-want +got):\n%s", diff)
+			for _, n := range tc.wantUpdated {
+				var want []ServicePortName
+				for spn := range sm {
+					if spn.NamespacedName == n {
+						want = append(want, spn)
+					}
+				}
+				if len(want) != len(result.Ports[n]) {
+					t.Errorf("Ports[%s] = %v, want the map's %v", n, result.Ports[n], want)
+				}
+				for _, spn := range want {
+					if !slices.Contains(result.Ports[n], spn) {
+						t.Errorf("Ports[%s] lacks %s", n, spn)
+					}
+				}
 			}
 
 			// Applying clears the tracker.
@@ -184,7 +194,7 @@ func TestServiceChangeTracker(t *testing.T) {
 				t.Errorf("changes still pending after Update")
 			}
 			again := sm.Update(sct)
-			if again.UpdatedServices.Len() != 0 || again.DeletedUDPClusterIPs.Len() != 0 {
+			if again.UpdatedServices.Len() != 0 || len(again.Ports) != 0 {
 				t.Errorf("second Update reported changes: %+v", again)
 			}
 		})

@@ -138,7 +138,7 @@ func benchClock() *testingclock.FakeClock {
 // The one-endpoint change benchmark goes through the real handler.
 func feed(p *Proxier, c *cluster.Cluster) {
 	for i := range c.Services {
-		p.recordPorts(nil, c.Services[i])
+		p.recordUID(nil, c.Services[i])
 		p.serviceChanges.Update(nil, c.Services[i])
 		p.endpointsChanges.EndpointSliceUpdate(c.Slices[i], false)
 	}

@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"net"
 	"reflect"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -105,10 +104,9 @@ type Proxier struct {
 	serviceChanges   *proxy.ServiceChangeTracker
 	endpointsChanges *proxy.EndpointsChangeTracker
 
-	// portsMu guards portsByService, which handlers update.
-	portsMu        sync.Mutex
-	portsByService map[types.NamespacedName][]proxy.ServicePortName // unique
-	serviceUIDs    map[types.NamespacedName]types.UID               // for Events
+	// uidMu guards serviceUIDs (for Events), which handlers update.
+	uidMu       sync.Mutex
+	serviceUIDs map[types.NamespacedName]types.UID
 
 	mu                   sync.Mutex // guards everything below
 	svcPortMap           proxy.ServicePortMap
@@ -120,10 +118,12 @@ type Proxier struct {
 	initialized          atomic.Bool
 	syncRunner           *async.BoundedFrequencyRunner
 
-	names      setNames
-	reverse    map[string]string // family set name -> base name
-	index      *desiredIndex
-	builtPorts map[types.NamespacedName][]proxy.ServicePortName
+	names   setNames
+	reverse map[string]string // family set name -> base name
+	index   *desiredIndex
+	// svcPorts are the port names of every Service with ports in this family, as
+	// the service tracker reports them.
+	svcPorts   map[types.NamespacedName][]proxy.ServicePortName
 	bc         buildContext
 	applied    *appliedState // nil: unknown, the next sync reads the kernel
 	needFull   bool
@@ -204,12 +204,11 @@ func NewProxier(ctx context.Context, opts Options, kernel Kernel, clk clock.Cloc
 		ctx:              klog.NewContext(ctx, logger),
 		serviceChanges:   proxy.NewServiceChangeTracker(opts.IPFamily, opts.Recorder),
 		endpointsChanges: proxy.NewEndpointsChangeTracker(opts.IPFamily, opts.NodeName),
-		portsByService:   map[types.NamespacedName][]proxy.ServicePortName{},
 		svcPortMap:       proxy.ServicePortMap{},
 		endpointsMap:     proxy.EndpointsMap{},
 		names:            newSetNames(opts.IPFamily),
 		index:            newDesiredIndex(),
-		builtPorts:       map[types.NamespacedName][]proxy.ServicePortName{},
+		svcPorts:         map[types.NamespacedName][]proxy.ServicePortName{},
 		needFull:         true,
 		draining:         map[drainKey]int64{},
 		serviceUIDs:      map[types.NamespacedName]types.UID{},
@@ -257,7 +256,7 @@ func (p *Proxier) SyncLoop() {
 func (p *Proxier) OnServiceAdd(service *v1.Service) { p.OnServiceUpdate(nil, service) }
 
 func (p *Proxier) OnServiceUpdate(oldService, service *v1.Service) {
-	p.recordPorts(oldService, service)
+	p.recordUID(oldService, service)
 	if p.serviceChanges.Update(oldService, service) {
 		observeServiceChange(p.serviceChanges.PendingChanges())
 		if p.initialized.Load() {
@@ -342,35 +341,16 @@ func (p *Proxier) OnNodeDelete(node *v1.Node) {
 
 func (p *Proxier) OnNodeSynced() {}
 
-// recordPorts remembers which port names a Service declares, so a partial sync finds
-// a changed Service's ports without scanning the whole service map.
-func (p *Proxier) recordPorts(oldService, service *v1.Service) {
-	p.portsMu.Lock()
-	defer p.portsMu.Unlock()
-	if service == nil {
-		if oldService != nil {
-			name := types.NamespacedName{Namespace: oldService.Namespace, Name: oldService.Name}
-			delete(p.portsByService, name)
-			delete(p.serviceUIDs, name)
-		}
-		return
+// recordUID remembers each Service's UID, for the Events about it.
+func (p *Proxier) recordUID(oldService, service *v1.Service) {
+	p.uidMu.Lock()
+	defer p.uidMu.Unlock()
+	switch {
+	case service != nil:
+		p.serviceUIDs[types.NamespacedName{Namespace: service.Namespace, Name: service.Name}] = service.UID
+	case oldService != nil:
+		delete(p.serviceUIDs, types.NamespacedName{Namespace: oldService.Namespace, Name: oldService.Name})
 	}
-	name := types.NamespacedName{Namespace: service.Namespace, Name: service.Name}
-	p.serviceUIDs[name] = service.UID
-	ports := make([]proxy.ServicePortName, 0, len(service.Spec.Ports))
-	for i := range service.Spec.Ports {
-		sp := &service.Spec.Ports[i]
-		protocol := sp.Protocol
-		if protocol == "" {
-			// As the service tracker reads it: the API server's default.
-			protocol = v1.ProtocolTCP
-		}
-		spn := proxy.ServicePortName{NamespacedName: name, Port: sp.Name, Protocol: protocol}
-		if !slices.Contains(ports, spn) {
-			ports = append(ports, spn)
-		}
-	}
-	p.portsByService[name] = ports
 }
 
 // LastSyncStats returns what the last sync did.

@@ -63,11 +63,8 @@ func (p *Proxier) updateClusterOwners(changed sets.Set[types.NamespacedName]) {
 
 // clusterKeysOf returns the ClusterIP virtual server keys of a Service, sorted.
 func (p *Proxier) clusterKeysOf(name types.NamespacedName) []vsKey {
-	p.portsMu.Lock()
-	spns := p.portsByService[name]
-	p.portsMu.Unlock()
 	var keys []vsKey
-	for _, spn := range spns {
+	for _, spn := range p.svcPorts[name] {
 		if info, ok := p.svcPortMap[spn]; ok && info.ClusterIP != nil {
 			keys = append(keys, makeVSKey(string(info.Protocol), info.ClusterIP, uint16(info.Port)))
 		}
@@ -152,9 +149,9 @@ func (p *Proxier) event(name types.NamespacedName, format string, args ...any) {
 	if p.opts.Recorder == nil {
 		return
 	}
-	p.portsMu.Lock()
+	p.uidMu.Lock()
 	uid := p.serviceUIDs[name]
-	p.portsMu.Unlock()
+	p.uidMu.Unlock()
 	ref := &v1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: name.Namespace, Name: name.Name, UID: uid}}
 	p.opts.Recorder.Eventf(ref, nil, v1.EventTypeWarning, eventReasonNotProgrammed, eventActionSync, format, args...)
 }

@@ -9,7 +9,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
 
-	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/proxy"
 	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/ipset"
 	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/ipvs"
 )
@@ -57,6 +56,13 @@ func (p *Proxier) sync(ctx context.Context, full bool) (SyncStats, error) {
 	var stats SyncStats
 	now := p.clock.Now()
 	svcResult := p.svcPortMap.Update(p.serviceChanges)
+	for name, ports := range svcResult.Ports {
+		if len(ports) == 0 {
+			delete(p.svcPorts, name)
+		} else {
+			p.svcPorts[name] = ports
+		}
+	}
 	epResult := p.endpointsMap.Update(p.endpointsChanges)
 	observeChangesApplied()
 
@@ -82,11 +88,9 @@ func (p *Proxier) sync(ctx context.Context, full bool) (SyncStats, error) {
 		for n := range p.index.services {
 			changed.Insert(n)
 		}
-		p.portsMu.Lock()
-		for n := range p.portsByService {
+		for n := range p.svcPorts {
 			changed.Insert(n)
 		}
-		p.portsMu.Unlock()
 	} else {
 		changed = svcResult.UpdatedServices.Union(epResult.UpdatedServices)
 	}
@@ -158,35 +162,19 @@ func (p *Proxier) sync(ctx context.Context, full bool) (SyncStats, error) {
 	return stats, nil
 }
 
-// buildService collects one Service's ports and builds its desired state (nil when the
-// Service has no ports left in this family).
+// buildService builds the desired state of one Service from its ports (nil when it has
+// no ports left in this family).
 func (p *Proxier) buildService(name types.NamespacedName) *serviceState {
-	// The ports built last time (a removed port must be rebuilt away) and the ports the
-	// Service declares now; a Service has a handful, so a list beats a set.
-	candidates := slices.Clone(p.builtPorts[name])
-	p.portsMu.Lock()
-	for _, spn := range p.portsByService[name] {
-		if !slices.Contains(candidates, spn) {
-			candidates = append(candidates, spn)
-		}
-	}
-	p.portsMu.Unlock()
-	var ports []servicePort
-	var found []proxy.ServicePortName
-	for _, spn := range candidates {
-		info, ok := p.svcPortMap[spn]
-		if !ok {
-			continue
-		}
-		found = append(found, spn)
-		ports = append(ports, servicePort{name: spn, info: info, endpoints: p.endpointsMap[spn]})
-	}
-	if len(ports) == 0 {
-		delete(p.builtPorts, name)
+	names := p.svcPorts[name]
+	if len(names) == 0 {
 		return nil
 	}
-	sort.Slice(ports, func(i, j int) bool { return ports[i].name.String() < ports[j].name.String() })
-	p.builtPorts[name] = found
+	ports := make([]servicePort, 0, len(names))
+	for _, spn := range names {
+		if info, ok := p.svcPortMap[spn]; ok {
+			ports = append(ports, servicePort{name: spn, info: info, endpoints: p.endpointsMap[spn]})
+		}
+	}
 	return buildServiceState(&p.bc, ports)
 }
 
