@@ -462,3 +462,16 @@ func TestConntrackReconcileReachesTheScrape(t *testing.T) {
 		t.Errorf("deleted_entries_total grew by %v, want 4", got)
 	}
 }
+
+func TestWithHeldBack(t *testing.T) {
+	h := WithHeldBack(NewMetricsMux("ipvs", false, nil), func() any {
+		return []map[string]string{{"object": "endpoint 239.1.2.3", "reason": "invalid_value"}}
+	})
+	for path, want := range map[string]string{HeldBackPath: `"object": "endpoint 239.1.2.3"`, "/proxyMode": "ipvs"} {
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, path, nil))
+		if rec.Code != http.StatusOK || !strings.Contains(rec.Body.String(), want) {
+			t.Errorf("GET %s: %d %q, want 200 with %q", path, rec.Code, rec.Body.String(), want)
+		}
+	}
+}
