@@ -248,3 +248,66 @@ func BenchmarkIntegrationSaveAll100k(b *testing.B) {
 		}
 	})
 }
+
+// TestIntegrationResize100k: a set an iptables rule references grows from
+// 60,000 to 100,000 members past the 65,536 default (kubernetes#129389) with
+// the real ipset, and a member present before and after is found by name at
+// every instant of the resize (one `ipset test` process after another while
+// the batch runs).
+func TestIntegrationResize100k(t *testing.T) {
+	netns.Run(t, func(t *testing.T) {
+		ips := New(utilexec.New())
+		var stop chan struct{}
+		var result chan [2]int
+		checkResize(t, &timedResize{Interface: ips, t: t, before: func() {
+			stop, result = make(chan struct{}), make(chan [2]int, 1)
+			go func() {
+				ok, missed := 0, 0
+				for {
+					select {
+					case <-stop:
+						result <- [2]int{ok, missed}
+						return
+					default:
+					}
+					if exec.Command("ipset", "test", "KUBE-CLUSTER-IP", "10.0.0.7,tcp:80").Run() == nil {
+						ok++
+					} else {
+						missed++
+					}
+				}
+			}()
+		}, after: func() {
+			close(stop)
+			r := <-result
+			t.Logf("during the resize: the member was found %d times, missed %d times", r[0], r[1])
+			if r[1] != 0 || r[0] == 0 {
+				t.Errorf("member found %d times, missed %d times during the resize; want always found", r[0], r[1])
+			}
+		}}, func(set string) {
+			mustRun(t, "iptables-legacy", "-t", "filter", "-A", "INPUT", "-m", "set", "--match-set", set, "dst,dst", "-j", "ACCEPT")
+		})
+	})
+}
+
+// timedResize runs before and after around the Apply that swaps (the resize)
+// and logs each Apply's duration.
+type timedResize struct {
+	Interface
+	t             *testing.T
+	before, after func()
+}
+
+func (r *timedResize) Apply(ctx context.Context, tx *Transaction) error {
+	resize := tx.Counts().Swap > 0
+	if resize {
+		r.before()
+	}
+	start := time.Now()
+	err := r.Interface.Apply(ctx, tx)
+	r.t.Logf("Apply of %d operations (%+v): %v", tx.Len(), tx.Counts(), time.Since(start))
+	if resize {
+		r.after()
+	}
+	return err
+}
