@@ -12,7 +12,7 @@ import (
 
 func TestSize(t *testing.T) {
 	for _, c := range []struct {
-		count, current   int
+		count, current    int
 		maxElem, hashSize int
 	}{
 		{0, 0, 65536, 1024},
