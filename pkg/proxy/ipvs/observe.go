@@ -85,8 +85,9 @@ func (p *Proxier) excluded(ip net.IP) bool {
 	return false
 }
 
-// observe reads what the kernel holds for this family: one IPVS service dump plus one
-// destination dump per virtual server, one `ipset save`, one address dump.
+// observe reads what the kernel holds for this family: one bulk IPVS read (GetAll:
+// the virtual servers and every real server, not one destination dump per virtual
+// server), one `ipset save`, one address dump.
 func (p *Proxier) observe(ctx context.Context, stats *SyncStats) (*appliedState, error) {
 	st := &appliedState{
 		vs:      map[vsKey]*appliedVS{},
@@ -95,18 +96,14 @@ func (p *Proxier) observe(ctx context.Context, stats *SyncStats) (*appliedState,
 		sets:    map[string]*ipset.Set{},
 	}
 	stats.count(opDumpIPVS)
-	vss, err := p.kernel.IPVS.GetVirtualServers(ctx)
+	all, err := p.kernel.IPVS.GetAll(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("listing IPVS virtual servers: %w", err)
 	}
-	for _, vs := range vss {
+	for _, d := range all {
+		vs, rss := d.VirtualServer, d.RealServers
 		if !p.ourFamily(vs.Address) || p.excluded(vs.Address) {
 			continue
-		}
-		stats.count(opDumpIPVS)
-		rss, err := p.kernel.IPVS.GetRealServers(ctx, vs)
-		if err != nil {
-			return nil, fmt.Errorf("listing real servers of %s: %w", vs, err)
 		}
 		a := &appliedVS{vs: vs, rs: make([]desiredRS, 0, len(rss))}
 		for _, rs := range rss {
@@ -117,11 +114,11 @@ func (p *Proxier) observe(ctx context.Context, stats *SyncStats) (*appliedState,
 		st.vs[keyOfVS(vs)] = a
 	}
 	stats.count(opIPSetSave)
-	all, err := p.kernel.IPSet.SaveAll(ctx)
+	saved, err := p.kernel.IPSet.SaveAll(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("listing ipsets: %w", err)
 	}
-	for name, s := range all {
+	for name, s := range saved {
 		base, ours := p.reverse[name]
 		if !ours {
 			continue

@@ -31,6 +31,21 @@ func manyServices(n int) []any {
 	return objs
 }
 
+// TestFullSyncReadsIPVSInBulk: a full sync reads IPVS with one bulk read, not
+// one destination dump per virtual server (10k round trips at 10k Services).
+func TestFullSyncReadsIPVSInBulk(t *testing.T) {
+	e := newTestEnv(t, v1.IPv4Protocol)
+	e.start(manyServices(1000)...)
+	e.ipvs.ResetOps()
+	e.p.needFull = true
+	if st := e.mustSync(); !st.Full {
+		t.Fatal("expected a full sync")
+	}
+	if ops := e.ipvs.Ops(); ops[ipvs.OpGetAll] != 1 || ops[ipvs.OpListRS] != 0 || ops[ipvs.OpListVS] != 0 {
+		t.Errorf("IPVS ops of a full sync with 1,000 virtual servers = %v, want one GetAll and no other dump", ops)
+	}
+}
+
 // TestIncrementalSyncIsProportionalToChange: with 1,000 Services, changing one
 // endpoint issues O(1) kernel operations and no kernel dump.
 func TestIncrementalSyncIsProportionalToChange(t *testing.T) {
@@ -55,7 +70,7 @@ func TestIncrementalSyncIsProportionalToChange(t *testing.T) {
 		t.Errorf("rebuilt %d services, want 1", st.Services)
 	}
 	ops := e.ipvs.Ops()
-	if ops[ipvs.OpAddRS] != 1 || ops[ipvs.OpListVS] != 0 || ops[ipvs.OpListRS] != 0 {
+	if ops[ipvs.OpAddRS] != 1 || ops[ipvs.OpListVS] != 0 || ops[ipvs.OpListRS] != 0 || ops[ipvs.OpGetAll] != 0 {
 		t.Errorf("IPVS ops = %v, want exactly one AddRealServer and no dumps", ops)
 	}
 	total := 0

@@ -9,7 +9,6 @@ import (
 	"net"
 	"os"
 	"runtime"
-	"strconv"
 
 	libipvs "github.com/moby/ipvs"
 	"github.com/vishvananda/netns"
@@ -180,13 +179,19 @@ func (c *Client) readProcTable() (map[procKey][]*RealServer, error) {
 // (address and port in hex, network order printed big-endian). Firewall-mark
 // services and their destinations are skipped.
 func parseProcTable(data []byte) (map[procKey][]*RealServer, error) {
-	table := map[procKey][]*RealServer{}
-	var cur []*RealServer
+	// One allocation for all real servers, their pointers and their IPv4
+	// addresses (a 10k x 4 table is 40k of each), instead of one per object.
+	ndest := bytes.Count(data, []byte("->"))
+	slab := make([]RealServer, 0, ndest)
+	ptrs := make([]*RealServer, 0, ndest)
+	v4 := make([]byte, 0, 4*ndest)
+	table := make(map[procKey][]*RealServer, bytes.Count(data, []byte("\n"))-ndest)
+	first := 0 // the current service's first pointer in ptrs
 	var curKey procKey
 	inService := false
 	flush := func() {
 		if inService {
-			table[curKey] = cur
+			table[curKey] = ptrs[first:len(ptrs):len(ptrs)]
 		}
 	}
 	var fields [8][]byte
@@ -211,21 +216,22 @@ func parseProcTable(data []byte) (map[procKey][]*RealServer, error) {
 			if n < 6 {
 				return nil, fmt.Errorf("line %d %q: too few fields for a destination", lineNo, line)
 			}
-			ip, port, err := parseProcAddrPort(fields[1])
+			ip, port, err := parseProcAddrPort(fields[1], &v4)
 			if err != nil {
 				return nil, fmt.Errorf("line %d %q: %w", lineNo, line, err)
 			}
-			weight, err1 := strconv.Atoi(string(fields[3]))
-			active, err2 := strconv.Atoi(string(fields[4]))
-			inactive, err3 := strconv.Atoi(string(fields[5]))
-			if err := errors.Join(err1, err2, err3); err != nil {
-				return nil, fmt.Errorf("line %d %q: %w", lineNo, line, err)
+			weight, ok1 := atoi(fields[3])
+			active, ok2 := atoi(fields[4])
+			inactive, ok3 := atoi(fields[5])
+			if !ok1 || !ok2 || !ok3 {
+				return nil, fmt.Errorf("line %d %q: bad counters", lineNo, line)
 			}
-			cur = append(cur, &RealServer{Address: ip, Port: port, Weight: weight, ActiveConn: active, InactiveConn: inactive})
+			slab = append(slab, RealServer{Address: ip, Port: port, Weight: weight, ActiveConn: active, InactiveConn: inactive})
+			ptrs = append(ptrs, &slab[len(slab)-1])
 			continue
 		}
 		flush()
-		inService, cur = false, nil
+		inService, first = false, len(ptrs)
 		var proto uint16
 		switch string(fields[0]) {
 		case "TCP":
@@ -240,14 +246,51 @@ func parseProcTable(data []byte) (map[procKey][]*RealServer, error) {
 		if n < 3 {
 			return nil, fmt.Errorf("line %d %q: too few fields for a service", lineNo, line)
 		}
-		ip, port, err := parseProcAddrPort(fields[1])
+		var scratch []byte
+		ip, port, err := parseProcAddrPort(fields[1], &scratch)
 		if err != nil {
 			return nil, fmt.Errorf("line %d %q: %w", lineNo, line, err)
 		}
-		curKey, inService, cur = procKeyOf(proto, ip, port), true, []*RealServer{}
+		curKey, inService = procKeyOf(proto, ip, port), true
 	}
 	flush()
 	return table, nil
+}
+
+// atoi parses a non-negative decimal number.
+func atoi(b []byte) (int, bool) {
+	if len(b) == 0 || len(b) > 10 {
+		return 0, false
+	}
+	n := 0
+	for _, c := range b {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		n = n*10 + int(c-'0')
+	}
+	return n, true
+}
+
+// hexval parses up to 8 hex digits.
+func hexval(b []byte) (uint32, bool) {
+	if len(b) == 0 || len(b) > 8 {
+		return 0, false
+	}
+	var v uint32
+	for _, c := range b {
+		switch {
+		case c >= '0' && c <= '9':
+			v = v<<4 | uint32(c-'0')
+		case c >= 'A' && c <= 'F':
+			v = v<<4 | uint32(c-'A'+10)
+		case c >= 'a' && c <= 'f':
+			v = v<<4 | uint32(c-'a'+10)
+		default:
+			return 0, false
+		}
+	}
+	return v, true
 }
 
 // splitFields splits line at spaces into out, returning how many it filled.
@@ -274,14 +317,15 @@ func splitFields(line []byte, out [][]byte) int {
 }
 
 // parseProcAddrPort parses "0A600001:0050" or "[fd00:0000:...:0001]:0050".
-func parseProcAddrPort(b []byte) (net.IP, uint16, error) {
+// IPv4 addresses are appended to *slab and returned as a slice of it.
+func parseProcAddrPort(b []byte, slab *[]byte) (net.IP, uint16, error) {
 	i := bytes.LastIndexByte(b, ':')
 	if i < 0 {
 		return nil, 0, fmt.Errorf("address %q: no port", b)
 	}
-	port, err := strconv.ParseUint(string(b[i+1:]), 16, 16)
-	if err != nil {
-		return nil, 0, fmt.Errorf("address %q: port: %w", b, err)
+	port, ok := hexval(b[i+1:])
+	if !ok || port > 0xffff {
+		return nil, 0, fmt.Errorf("address %q: bad port", b)
 	}
 	host := b[:i]
 	if len(host) > 2 && host[0] == '[' && host[len(host)-1] == ']' {
@@ -291,9 +335,11 @@ func parseProcAddrPort(b []byte) (net.IP, uint16, error) {
 		}
 		return normalizeIP(ip), uint16(port), nil
 	}
-	v, err := strconv.ParseUint(string(host), 16, 32)
-	if err != nil || len(host) != 8 {
+	v, ok := hexval(host)
+	if !ok || len(host) != 8 {
 		return nil, 0, fmt.Errorf("address %q: bad IPv4 address", b)
 	}
-	return net.IPv4(byte(v>>24), byte(v>>16), byte(v>>8), byte(v)).To4(), uint16(port), nil
+	start := len(*slab)
+	*slab = append(*slab, byte(v>>24), byte(v>>16), byte(v>>8), byte(v))
+	return net.IP((*slab)[start : start+4 : start+4]), uint16(port), nil
 }
