@@ -9,15 +9,37 @@ import (
 	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/iptables"
 )
 
-// ensureSets creates missing sets and replaces sets of the wrong type (full syncs only).
+// sizedSpecs returns the create spec of every set of this family, each hash set
+// sized for the members the index wants (ipset.Sized: never below upstream's
+// 65536, never lowered, doubled past what it must hold), so 100k Service ports
+// fit (kubernetes#129389).
+func (p *Proxier) sizedSpecs() []*ipset.Set {
+	specs := setSpecs(p.opts.IPFamily)
+	for i, spec := range specs {
+		var have *ipset.Set
+		if p.applied != nil {
+			have = p.applied.sets[spec.Name]
+		}
+		specs[i] = ipset.Sized(spec, have, p.index.setCounts[p.reverse[spec.Name]])
+	}
+	return specs
+}
+
+// ensureSets creates missing sets, resizes sets that must hold more members than
+// their maxelem and replaces sets of the wrong type (full syncs only).
 func (p *Proxier) ensureSets(ctx context.Context, stats *SyncStats) error {
 	tx := &ipset.Transaction{}
 	var wrong []*ipset.Set
-	for _, spec := range setSpecs(p.opts.IPFamily) {
+	specs := p.sizedSpecs()
+	for _, spec := range specs {
 		have, ok := p.applied.sets[spec.Name]
 		switch {
 		case !ok:
 			tx.Create(spec)
+		case ipset.NeedsResize(have, spec):
+			if err := p.resizeSet(ctx, spec, stats); err != nil {
+				return err
+			}
 		case ipset.NeedsReplace(have, spec):
 			wrong = append(wrong, spec)
 		}
@@ -28,7 +50,7 @@ func (p *Proxier) ensureSets(ctx context.Context, stats *SyncStats) error {
 			return fmt.Errorf("creating ipsets: %w", err)
 		}
 		stats.IPSetOps += tx.Len()
-		for _, spec := range setSpecs(p.opts.IPFamily) {
+		for _, spec := range specs {
 			if _, ok := p.applied.sets[spec.Name]; !ok {
 				p.applied.sets[spec.Name] = spec
 			}
@@ -42,11 +64,21 @@ func (p *Proxier) ensureSets(ctx context.Context, stats *SyncStats) error {
 	return nil
 }
 
-// replaceSet replaces a set of the wrong type or family (left by an older kube-proxy,
-// kubernetes#77265) without a moment in which the rules that use it match nothing:
-// the rules are pointed at a filled temporary set while the set is recreated.
-func (p *Proxier) replaceSet(ctx context.Context, spec *ipset.Set, stats *SyncStats) error {
-	base := p.reverse[spec.Name]
+// growSets resizes, before a partial sync writes its members, the sets that
+// would otherwise be full.
+func (p *Proxier) growSets(ctx context.Context, stats *SyncStats) error {
+	for _, spec := range p.sizedSpecs() {
+		if have, ok := p.applied.sets[spec.Name]; ok && ipset.NeedsResize(have, spec) {
+			if err := p.resizeSet(ctx, spec, stats); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// desiredEntries lists the members the index wants in one set (base name), sorted.
+func (p *Proxier) desiredEntries(base string) []string {
 	var entries []string
 	for e := range p.index.setRefs {
 		if e.set == base {
@@ -54,6 +86,46 @@ func (p *Proxier) replaceSet(ctx context.Context, spec *ipset.Set, stats *SyncSt
 		}
 	}
 	sort.Strings(entries)
+	return entries
+}
+
+// setAppliedEntries records that the kernel's set base holds exactly entries.
+func (p *Proxier) setAppliedEntries(base string, entries []string) {
+	for e := range p.applied.entries {
+		if e.set == base {
+			p.applied.entries.Delete(e)
+		}
+	}
+	for _, e := range entries {
+		p.applied.entries.Insert(setEntry{base, e})
+	}
+}
+
+// resizeSet gives a set the maxelem of spec, filled with the members the index
+// wants, in one `ipset restore` that swaps a filled temporary set in: the rules
+// that match the set never see it missing or partly filled.
+func (p *Proxier) resizeSet(ctx context.Context, spec *ipset.Set, stats *SyncStats) error {
+	base := p.reverse[spec.Name]
+	entries := p.desiredEntries(base)
+	tx := ipset.Resize(spec, entries)
+	stats.count(opIPSetRestore)
+	stats.IPSetOps += tx.Len()
+	if err := p.kernel.IPSet.Apply(ctx, tx); err != nil {
+		return fmt.Errorf("resizing ipset %s to maxelem %d for %d members: %w", spec.Name, spec.MaxElem, len(entries), err)
+	}
+	old := p.applied.sets[spec.Name]
+	p.applied.sets[spec.Name] = spec
+	p.setAppliedEntries(base, entries)
+	p.logger.Info("Resized ipset", "ipset", spec.Name, "members", len(entries), "maxElem", spec.MaxElem, "previousMaxElem", old.MaxElem)
+	return nil
+}
+
+// replaceSet replaces a set of the wrong type or family (left by an older kube-proxy,
+// kubernetes#77265) without a moment in which the rules that use it match nothing:
+// the rules are pointed at a filled temporary set while the set is recreated.
+func (p *Proxier) replaceSet(ctx context.Context, spec *ipset.Set, stats *SyncStats) error {
+	base := p.reverse[spec.Name]
+	entries := p.desiredEntries(base)
 	r := ipset.NewReplacement(spec, entries)
 	if err := p.kernel.IPSet.Apply(ctx, r.Stage1()); err != nil {
 		return fmt.Errorf("preparing replacement %s for ipset %s: %w", r.Temp, spec.Name, err)
@@ -77,14 +149,7 @@ func (p *Proxier) replaceSet(ctx context.Context, spec *ipset.Set, stats *SyncSt
 	stats.ops[opIPSetRestore] += 3
 	stats.ops[opIPTablesRestore] += 2
 	p.applied.sets[spec.Name] = spec
-	for e := range p.applied.entries {
-		if e.set == base {
-			p.applied.entries.Delete(e)
-		}
-	}
-	for _, e := range entries {
-		p.applied.entries.Insert(setEntry{base, e})
-	}
+	p.setAppliedEntries(base, entries)
 	p.logger.Info("Replaced ipset of the wrong type", "ipset", spec.Name, "type", spec.Type)
 	return nil
 }

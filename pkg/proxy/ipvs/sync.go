@@ -126,6 +126,11 @@ func (p *Proxier) sync(ctx context.Context, full bool) (SyncStats, error) {
 			return stats, err
 		}
 	}
+	if !full {
+		if err := p.growSets(ctx, &stats); err != nil {
+			return stats, err
+		}
+	}
 	p.dueRetries(now, t)
 
 	outRules := p.outFilterRules(p.heldOutRules(now))

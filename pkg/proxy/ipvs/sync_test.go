@@ -10,6 +10,7 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	discovery "k8s.io/api/discovery/v1"
 
 	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/conntrack"
 	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/ipset"
@@ -594,4 +595,73 @@ func TestReplacedEndpointAddedBeforeRemoval(t *testing.T) {
 	e.mustSync()
 	diff(t, "real-server writes", "add 10.244.1.1:53\ndel 10.244.1.9:53", strings.Join(rec.log, "\n"))
 	diff(t, "ipvs", "UDP  10.96.0.10:53 rr\n  -> 10.244.1.1:53 Masq 1 0 0", e.ipvs.Dump())
+}
+
+// loopBackServices returns n Services (from first) with 250 endpoints each on
+// this node: 250 KUBE-LOOP-BACK members per Service (target port 1000+i).
+func loopBackServices(first, n int) []any {
+	var objs []any
+	for i := first; i < first+n; i++ {
+		name := fmt.Sprintf("lb-%d", i)
+		eps := make([]discovery.Endpoint, 250)
+		for j := range eps {
+			eps[j] = endpoint(fmt.Sprintf("10.244.1.%d", j+1))
+		}
+		objs = append(objs,
+			makeService("ns", name, clusterIP(fmt.Sprintf("10.97.%d.%d", i/250, i%250+1)), port("p", v1.ProtocolTCP, 80, 0)),
+			makeSlice("ns", name, name+"-1", tcp("p", int32(1000+i)), eps...))
+	}
+	return objs
+}
+
+// TestIPSetGrowsPast65536: KUBE-LOOP-BACK goes from 50,000 to 75,000 members in
+// a partial sync, past the 65,536 upstream creates every set with
+// (kubernetes#129389): the set is resized by a swap in the same sync, nothing is
+// held back, and the next full sync leaves it alone.
+func TestIPSetGrowsPast65536(t *testing.T) {
+	e := newTestEnv(t, v1.IPv4Protocol)
+	e.start(loopBackServices(0, 200)...)
+	maxElem := func() (int, int) {
+		t.Helper()
+		sets, err := e.ipset.ListSets(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		entries, err := e.ipset.ListEntries(t.Context(), setLoopBack)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, s := range sets {
+			if s.Name == setLoopBack {
+				return s.MaxElem, len(entries)
+			}
+		}
+		t.Fatalf("no %s", setLoopBack)
+		return 0, 0
+	}
+	if m, n := maxElem(); m != 65536 || n != 50000 {
+		t.Fatalf("after 200 Services: maxelem %d, %d members; want 65536, 50000", m, n)
+	}
+	e.ipset.ResetCounters()
+	for _, o := range loopBackServices(200, 100) {
+		e.add(o)
+	}
+	st := e.mustSync()
+	if st.Full {
+		t.Fatal("expected a partial sync")
+	}
+	if m, n := maxElem(); m != 262144 || n != 75000 {
+		t.Errorf("after 300 Services: maxelem %d, %d members; want 262144, 75000", m, n)
+	}
+	if ops := e.ipset.Ops(); ops.Swap != 1 {
+		t.Errorf("ipset ops %+v, want one swap (the resize)", ops)
+	}
+	e.ipset.ResetCounters()
+	e.p.needFull = true
+	if st := e.mustSync(); !st.Full {
+		t.Fatal("expected a full sync")
+	}
+	if ops := e.ipset.Ops(); ops.Swap != 0 || ops.Add != 0 {
+		t.Errorf("the next full sync changed the sets: %+v", ops)
+	}
 }
