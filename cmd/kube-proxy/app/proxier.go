@@ -31,6 +31,17 @@ import (
 func createProxier(ctx context.Context, s *ProxyServer) (proxy.Provider, error) {
 	logger := klog.FromContext(ctx)
 	cfg := s.Config
+	// The tools first: a node without them fails here with one clear line,
+	// before anything touches IPVS, sets or rules.
+	exec := utilexec.New()
+	mode, err := iptables.DetectMode(ctx, exec)
+	if err != nil {
+		return nil, fmt.Errorf("choosing the iptables backend: %w", err)
+	}
+	logger.Info("Using iptables backend", "mode", mode)
+	if s.IPFamilies, err = checkTools(logger, s.IPFamilies, mode, exec.LookPath); err != nil {
+		return nil, err
+	}
 	ipvsHandle, err := ipvs.New("")
 	if err != nil {
 		return nil, fmt.Errorf("the ipvs proxy mode needs IPVS in the kernel: %w", err)
@@ -42,12 +53,6 @@ func createProxier(ctx context.Context, s *ProxyServer) (proxy.Provider, error) 
 	if err != nil {
 		return nil, fmt.Errorf("opening rtnetlink: %w", err)
 	}
-	exec := utilexec.New()
-	mode, err := iptables.DetectMode(ctx, exec)
-	if err != nil {
-		return nil, fmt.Errorf("choosing the iptables backend: %w", err)
-	}
-	logger.Info("Using iptables backend", "mode", mode)
 	ipsetHandle := ipset.New(exec)
 	kernelRelease := ""
 	if v, err := kernel.ReadVersion(kernel.DefaultRoot); err == nil {

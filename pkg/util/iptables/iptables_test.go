@@ -101,6 +101,7 @@ func TestFailingLine(t *testing.T) {
 func TestChooseMode(t *testing.T) {
 	save := func(lines ...string) saveStats { return statsOf([]byte(strings.Join(lines, "\n") + "\n")) }
 	empty := save("*filter", ":INPUT ACCEPT [0:0]", "COMMIT")
+	installed := func(s saveStats) saveStats { s.present = true; return s }
 	for _, c := range []struct {
 		name        string
 		legacy, nft saveStats
@@ -115,6 +116,9 @@ func TestChooseMode(t *testing.T) {
 		{"kubelet hint in legacy", save(":KUBE-IPTABLES-HINT - [0:0]"), save("-A KUBE-X -j RETURN", "-A KUBE-Y -j RETURN"), ModeLegacy},
 		{"kubelet hint in nft wins over legacy hint", save(":KUBE-KUBELET-CANARY - [0:0]"), save(":KUBE-IPTABLES-HINT - [0:0]"), ModeNFT},
 		{"warnings are not rules", save("# Warning: iptables-legacy tables present"), empty, ModeNFT},
+		{"only legacy installed", installed(empty), empty, ModeLegacy},
+		{"only nft installed", empty, installed(empty), ModeNFT},
+		{"both installed: usual rules", installed(empty), installed(save("-A INPUT -j ACCEPT")), ModeNFT},
 	} {
 		if got := chooseMode(c.legacy, c.nft); got != c.want {
 			t.Errorf("%s: chooseMode = %s, want %s", c.name, got, c.want)

@@ -22,7 +22,8 @@ var hintChains = []string{":KUBE-IPTABLES-HINT", ":KUBE-KUBELET-CANARY"}
 
 // saveStats summarises one backend's iptables-save and ip6tables-save output.
 type saveStats struct {
-	hint  bool // a kubelet hint chain exists
+	present bool // the backend's iptables-save ran (binary installed, kernel side works)
+	hint    bool // a kubelet hint chain exists
 	kube  int  // rules mentioning KUBE- or kube
 	rules int  // all rules
 }
@@ -48,9 +49,15 @@ func statsOf(out []byte) saveStats {
 
 // chooseMode is the iptables-wrapper heuristic: a kubelet hint chain wins (nft
 // first), then the backend with more kube rules, then the one with more rules;
-// a tie (an empty node) picks nft.
+// a tie (an empty node) picks nft. Before all that, a backend whose save does not
+// run at all (not installed) loses to one whose save does.
 func chooseMode(legacy, nft saveStats) Mode {
 	switch {
+	case legacy.present != nft.present:
+		if legacy.present {
+			return ModeLegacy
+		}
+		return ModeNFT
 	case nft.hint:
 		return ModeNFT
 	case legacy.hint:
@@ -80,14 +87,18 @@ func DetectMode(ctx context.Context, exec utilexec.Interface) (Mode, error) {
 	}
 	count := func(mode Mode) saveStats {
 		var all bytes.Buffer
+		present := false
 		for _, base := range []string{"iptables", "ip6tables"} {
 			// A backend whose kernel side is broken can hang; the wrapper script
 			// upstream bounds it the same way.
 			if out, _, err := boundedexec.Run(ctx, exec, detectTimeout, base+"-"+string(mode)+"-save", nil); err == nil {
 				all.Write(out)
+				present = present || base == "iptables"
 			}
 		}
-		return statsOf(all.Bytes())
+		s := statsOf(all.Bytes())
+		s.present = present
+		return s
 	}
 	return chooseMode(count(ModeLegacy), count(ModeNFT)), nil
 }
