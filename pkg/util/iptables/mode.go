@@ -24,8 +24,8 @@ var hintChains = []string{":KUBE-IPTABLES-HINT", ":KUBE-KUBELET-CANARY"}
 type saveStats struct {
 	present bool // the backend's iptables-save ran (binary installed, kernel side works)
 	hint    bool // a kubelet hint chain exists
-	kube  int  // rules mentioning KUBE- or kube
-	rules int  // all rules
+	kube    int  // rules mentioning KUBE- or kube
+	rules   int  // all rules
 }
 
 func statsOf(out []byte) saveStats {
