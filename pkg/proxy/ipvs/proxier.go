@@ -108,6 +108,11 @@ type Proxier struct {
 	uidMu       sync.Mutex
 	serviceUIDs map[types.NamespacedName]types.UID
 
+	// addrWatch: node address changes arrive as netlink notifications, which set
+	// addrsChanged; a partial sync then reads the addresses only after one.
+	addrWatch    bool
+	addrsChanged atomic.Bool
+
 	mu                   sync.Mutex // guards everything below
 	svcPortMap           proxy.ServicePortMap
 	endpointsMap         proxy.EndpointsMap
@@ -232,7 +237,22 @@ func NewProxier(ctx context.Context, opts Options, kernel Kernel, clk clock.Cloc
 		clusterOwner:     map[vsKey]types.NamespacedName{},
 	}
 	p.syncRunner = async.NewBoundedFrequencyRunnerWithClock("sync-runner", p.syncProxyRules, opts.MinSyncPeriod, opts.SyncPeriod, 2, clk)
+	p.addrsChanged.Store(true)
+	if err := kernel.Netlink.WatchLocalAddresses(p.ctx, netlink.DefaultDummyDevice, p.onAddressChange); err != nil {
+		logger.Error(err, "Failed to subscribe to node address changes; reading the node addresses on every sync")
+	} else {
+		p.addrWatch = true
+	}
 	return p, nil
+}
+
+// onAddressChange is called by the netlink watch when the node's addresses may
+// have changed: the next sync reads them again.
+func (p *Proxier) onAddressChange() {
+	p.addrsChanged.Store(true)
+	if p.initialized.Load() {
+		p.Sync()
+	}
 }
 
 // Sync requests a sync as soon as the runner allows.

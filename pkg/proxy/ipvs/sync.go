@@ -71,14 +71,19 @@ func (p *Proxier) sync(ctx context.Context, full bool) (SyncStats, error) {
 	p.nodeLabelsChanged = false
 
 	// Node addresses: NodePort, externalIP and LB decisions depend on them, so a change
-	// rebuilds every Service.
-	localAddrs, nodePortIPs, err := p.nodeAddresses(ctx, &stats)
-	if err != nil {
-		return stats, err
-	}
-	if !localAddrs.Equal(p.bc.localAddrs) || !sameIPs(nodePortIPs, p.bc.nodePortIPs) {
-		p.bc.localAddrs, p.bc.nodePortIPs = localAddrs, nodePortIPs
-		rebuildAll = true
+	// rebuilds every Service. With the netlink watch they are read only on full syncs
+	// and after a notification (cleared before the read, so a change during it is
+	// read next time): a partial sync reads nothing from the kernel.
+	if !p.addrWatch || full || p.addrsChanged.Swap(false) {
+		localAddrs, nodePortIPs, err := p.nodeAddresses(ctx, &stats)
+		if err != nil {
+			p.addrsChanged.Store(true)
+			return stats, err
+		}
+		if !localAddrs.Equal(p.bc.localAddrs) || !sameIPs(nodePortIPs, p.bc.nodePortIPs) {
+			p.bc.localAddrs, p.bc.nodePortIPs = localAddrs, nodePortIPs
+			rebuildAll = true
+		}
 	}
 
 	t := newTouched()

@@ -665,3 +665,34 @@ func TestIPSetGrowsPast65536(t *testing.T) {
 		t.Errorf("the next full sync changed the sets: %+v", ops)
 	}
 }
+
+// TestPartialSyncReadsNoNodeAddresses: the node's addresses come from the
+// netlink watch, so a partial sync reads nothing from the kernel; an address
+// notification makes the next sync read them (a new node address gets its
+// NodePort virtual server).
+func TestPartialSyncReadsNoNodeAddresses(t *testing.T) {
+	e := newTestEnv(t, v1.IPv4Protocol)
+	e.start(
+		makeService("ns", "np", clusterIP("10.96.0.50"), port("p", v1.ProtocolTCP, 80, 30050)),
+		makeSlice("ns", "np", "np-1", tcp("p", 8080), endpoint("10.244.2.50")))
+	e.nl.ResetOps()
+	e.p.OnEndpointSliceUpdate(
+		makeSlice("ns", "np", "np-1", tcp("p", 8080), endpoint("10.244.2.50")),
+		makeSlice("ns", "np", "np-1", tcp("p", 8080), endpoint("10.244.2.50"), endpoint("10.244.2.51")))
+	if st := e.mustSync(); st.Full {
+		t.Fatal("expected a partial sync")
+	}
+	if ops := e.nl.Ops(); len(ops) != 0 {
+		t.Errorf("netlink ops of a partial sync = %v, want none", ops)
+	}
+	e.nl.AddLink("eth1", "192.0.2.77")
+	if st := e.mustSync(); st.Full {
+		t.Fatal("expected a partial sync")
+	}
+	if ops := e.nl.Ops(); ops[netlink.OpListLocal] != 1 {
+		t.Errorf("netlink ops after an address notification = %v, want one ListLocal", ops)
+	}
+	if !strings.Contains(e.ipvs.Dump(), "TCP  192.0.2.77:30050 rr") {
+		t.Errorf("no NodePort virtual server on the new node address:\n%s", e.ipvs.Dump())
+	}
+}
