@@ -26,6 +26,15 @@ const (
 	eventActionProcess      = "ProcessService"
 )
 
+// Per-Service IPVS scheduling, ours and kube-router's (honoured so a cluster moving
+// from kube-router keeps its choices; ours win when both are present).
+const (
+	AnnotationScheduler            = "kube-proxy-ipvs.io/scheduler"
+	AnnotationSchedulerFlags       = "kube-proxy-ipvs.io/scheduler-flags"
+	AnnotationKubeRouterScheduler  = "kube-router.io/service.scheduler"
+	AnnotationKubeRouterSchedFlags = "kube-router.io/service.schedflags"
+)
+
 // supportedProtocols are the Service protocols IPVS can balance.
 var supportedProtocols = sets.New(v1.ProtocolTCP, v1.ProtocolUDP, v1.ProtocolSCTP)
 
@@ -73,6 +82,7 @@ func (b *servicePortBuilder) build() ServicePortMap {
 		InternalPolicyLocal:      b.svc.Spec.InternalTrafficPolicy != nil && *b.svc.Spec.InternalTrafficPolicy == v1.ServiceInternalTrafficPolicyLocal,
 	}
 	template.SessionAffinityType, template.StickyMaxAgeSeconds = b.sessionAffinity()
+	template.Scheduler, template.SchedulerFlags, template.SchedulerSource = schedulerAnnotations(b.svc.Annotations)
 	if b.svc.Spec.Type == v1.ServiceTypeLoadBalancer && template.ExternalPolicyLocal {
 		template.HealthCheckNodePort = b.healthCheckNodePort()
 	}
@@ -308,4 +318,20 @@ func canonicalIP(ip net.IP) net.IP {
 		return v4
 	}
 	return ip.To16()
+}
+
+// schedulerAnnotations picks the per-Service scheduler annotations: ours if either is
+// present, else kube-router's.
+func schedulerAnnotations(a map[string]string) (scheduler, flags, source string) {
+	s, okS := a[AnnotationScheduler]
+	f, okF := a[AnnotationSchedulerFlags]
+	if okS || okF {
+		return strings.TrimSpace(s), strings.TrimSpace(f), AnnotationScheduler
+	}
+	s, okS = a[AnnotationKubeRouterScheduler]
+	f, okF = a[AnnotationKubeRouterSchedFlags]
+	if okS || okF {
+		return strings.TrimSpace(s), strings.TrimSpace(f), AnnotationKubeRouterScheduler
+	}
+	return "", "", ""
 }

@@ -47,6 +47,12 @@ type ServicePortInfo struct {
 	InternalPolicyLocal      bool
 	HealthCheckNodePort      int
 	TrafficDistribution      string
+	// Scheduler and SchedulerFlags are the per-Service scheduler annotations, as
+	// written (validated by the proxier), from SchedulerSource: AnnotationScheduler /
+	// AnnotationSchedulerFlags, or kube-router's pair when ours are absent.
+	Scheduler       string
+	SchedulerFlags  string
+	SchedulerSource string
 }
 
 // String is "clusterIP:port/protocol".

@@ -178,14 +178,13 @@ func buildServicePort(bc *buildContext, sp servicePort, st *serviceState, vss ma
 		return clusterEps, false
 	}
 
+	scheduler, schedFlags, badSched := chooseScheduler(bc.scheduler, svc)
+	st.refused = append(st.refused, badSched...)
 	newVS := func(addr net.IP, port int) *ipvs.VirtualServer {
-		vs := &ipvs.VirtualServer{Address: addr, Protocol: string(svc.Protocol), Port: uint16(port), Scheduler: bc.scheduler}
+		vs := &ipvs.VirtualServer{Address: addr, Protocol: string(svc.Protocol), Port: uint16(port), Scheduler: scheduler, Flags: schedFlags}
 		if svc.SessionAffinityType == v1.ServiceAffinityClientIP {
 			vs.Flags |= ipvs.FlagPersistent
 			vs.Timeout = uint32(svc.StickyMaxAgeSeconds)
-		}
-		if bc.scheduler == "mh" {
-			vs.Flags |= FlagSourceHash
 		}
 		return vs
 	}

@@ -23,7 +23,10 @@ const maxIsolatedSetFailures = 256
 // failure is one write the kernel refused. Its key is retried with backoff; its owners
 // are the Services reported as held back.
 type failure struct {
-	key    retryKey
+	key retryKey
+	// topic groups failures that one Event covers (a refused scheduler on each of a
+	// Service's virtual servers); "" for none.
+	topic  string
 	layer  string // one of the heldBack* reasons
 	what   string // the object, for logs and the debug endpoint
 	owners []types.NamespacedName
@@ -217,6 +220,11 @@ func (p *Proxier) executeVirtualServer(ctx context.Context, vp *vsPlan, stats *S
 		out.fail(failure{key: retryKey{kind: retryVS, vs: key}, layer: heldBackIPVS, what: what,
 			owners: ownerList(vp.owner), err: err})
 	}
+	schedulerRefused := func(spec *ipvs.VirtualServer) {
+		out.fail(failure{key: retryKey{kind: retryVS, vs: key}, layer: heldBackIPVS, topic: "scheduler " + vp.spec.Scheduler,
+			what:   "scheduler " + vp.spec.Scheduler + " of virtual server " + key.String() + " (using " + spec.Scheduler + ")",
+			owners: ownerList(vp.owner), err: fmt.Errorf("the kernel refused scheduler %s for %s", vp.spec.Scheduler, key)})
+	}
 	switch vp.action {
 	case vsDelete:
 		stats.IPVSOps++
@@ -234,27 +242,24 @@ func (p *Proxier) executeVirtualServer(ctx context.Context, vp *vsPlan, stats *S
 		p.noteConntrack(vp.spec, ct)
 		return
 	case vsCreate:
-		stats.IPVSOps++
-		stats.count(opAddVirtualServer)
-		err := p.kernel.IPVS.AddVirtualServer(ctx, vp.spec)
-		if ipvs.IsExists(err) {
-			// Someone else created it since we looked: take it over.
-			stats.IPVSOps++
-			stats.count(opUpdateVirtualServer)
-			err = p.kernel.IPVS.UpdateVirtualServer(ctx, vp.spec)
-		}
+		spec, err := p.writeVirtualServer(ctx, vp.spec, false, stats)
 		if err != nil {
 			failed("virtual server "+key.String(), fmt.Errorf("adding virtual server %s: %w", key, err))
 			return
 		}
-		p.applied.vs[key] = &appliedVS{vs: vp.spec}
+		p.applied.vs[key] = &appliedVS{vs: spec}
+		if spec != vp.spec {
+			schedulerRefused(spec)
+		}
 	case vsUpdate:
-		stats.IPVSOps++
-		stats.count(opUpdateVirtualServer)
-		if err := p.kernel.IPVS.UpdateVirtualServer(ctx, vp.spec); err != nil {
+		spec, err := p.writeVirtualServer(ctx, vp.spec, true, stats)
+		if err != nil {
 			failed("virtual server "+key.String(), fmt.Errorf("updating virtual server %s: %w", key, err))
 		} else {
-			p.applied.vs[key].vs = vp.spec
+			p.applied.vs[key].vs = spec
+			if spec != vp.spec {
+				schedulerRefused(spec)
+			}
 		}
 	}
 	a := p.applied.vs[key]
@@ -328,6 +333,38 @@ func (p *Proxier) executeVirtualServer(ctx context.Context, vp *vsPlan, stats *S
 	if changedRS {
 		p.noteConntrack(a.vs, ct)
 	}
+}
+
+// writeVirtualServer adds (or updates) a virtual server. When the kernel refuses a
+// scheduler a Service asked for (its module is missing on this node, or it does not
+// exist), the virtual server is written with the configured scheduler instead, so the
+// Service keeps working; the returned spec is what was written.
+func (p *Proxier) writeVirtualServer(ctx context.Context, spec *ipvs.VirtualServer, update bool, stats *SyncStats) (*ipvs.VirtualServer, error) {
+	write := func(vs *ipvs.VirtualServer) error {
+		stats.IPVSOps++
+		if !update {
+			stats.count(opAddVirtualServer)
+			err := p.kernel.IPVS.AddVirtualServer(ctx, vs)
+			if !ipvs.IsExists(err) {
+				return err
+			}
+			// Someone else created it since we looked: take it over.
+			stats.IPVSOps++
+		}
+		stats.count(opUpdateVirtualServer)
+		return p.kernel.IPVS.UpdateVirtualServer(ctx, vs)
+	}
+	err := write(spec)
+	if err == nil || spec.Scheduler == p.opts.Scheduler {
+		return spec, err
+	}
+	fallback := *spec
+	fallback.Scheduler = p.opts.Scheduler
+	fallback.Flags = spec.Flags&ipvs.FlagPersistent | defaultFlags(p.opts.Scheduler)
+	if ferr := write(&fallback); ferr != nil {
+		return nil, err
+	}
+	return &fallback, nil
 }
 
 func ownerList(n types.NamespacedName) []types.NamespacedName {

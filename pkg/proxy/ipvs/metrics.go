@@ -157,7 +157,7 @@ func (p *Proxier) VirtualServerStats() []metrics.VirtualServerStats {
 		}
 		out = append(out, metrics.VirtualServerStats{
 			Namespace: d.port.Namespace, Service: d.port.Name, PortName: d.port.Port,
-			Protocol: vs.Protocol, Address: vs.Address.String(), Port: int(vs.Port),
+			Protocol: vs.Protocol, Address: vs.Address.String(), Port: int(vs.Port), Scheduler: vs.Scheduler,
 			Connections: vs.Stats.Connections, IncomingPackets: vs.Stats.PacketsIn, OutgoingPackets: vs.Stats.PacketsOut,
 			IncomingBytes: vs.Stats.BytesIn, OutgoingBytes: vs.Stats.BytesOut,
 		})

@@ -112,7 +112,7 @@ func TestVirtualServerStats(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := e.p.VirtualServerStats()
-	want := []metrics.VirtualServerStats{{Namespace: "ns", Service: "web", PortName: "http", Protocol: "TCP", Address: "10.96.0.10", Port: 80,
+	want := []metrics.VirtualServerStats{{Namespace: "ns", Service: "web", PortName: "http", Scheduler: "rr", Protocol: "TCP", Address: "10.96.0.10", Port: 80,
 		Connections: 3, IncomingPackets: 10, OutgoingPackets: 9, IncomingBytes: 1000, OutgoingBytes: 900}}
 	if d := cmp.Diff(want, got); d != "" {
 		t.Errorf("stats (-want +got):\n%s", d)

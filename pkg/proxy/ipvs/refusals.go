@@ -133,13 +133,25 @@ func (p *Proxier) noteRefusals(name types.NamespacedName, st *serviceState, now 
 }
 
 // reportFailures emits one Warning Event on each owner of an object the kernel refused
-// for the first time.
+// for the first time (one per topic and Service, e.g. one for a refused scheduler on
+// all of a Service's virtual servers).
 func (p *Proxier) reportFailures(out *outcome) {
+	type sent struct {
+		owner types.NamespacedName
+		topic string
+	}
+	done := map[sent]bool{}
 	for _, f := range out.failures {
 		if r := p.retries[f.key]; r == nil || r.attempts != 1 {
 			continue
 		}
 		for _, owner := range f.owners {
+			if f.topic != "" {
+				if done[sent{owner, f.topic}] {
+					continue
+				}
+				done[sent{owner, f.topic}] = true
+			}
 			p.event(owner, "kube-proxy could not program %s (retrying): %v", f.what, f.err)
 		}
 	}

@@ -94,7 +94,7 @@ var wantFamilies = []wantFamily{
 	{name: "kubeproxy_ipvs_virtual_server_outgoing_bytes_total", typ: counter, help: "[ALPHA] Cumulative outgoing bytes of an IPVS virtual server", labels: vsLabelsSorted, optional: true},
 }
 
-var vsLabelsSorted = []string{"address", "namespace", "port", "port_name", "protocol", "service"}
+var vsLabelsSorted = []string{"address", "namespace", "port", "port_name", "protocol", "scheduler", "service"}
 
 // exerciseAll touches every metric once; a vector shows in a scrape only after a
 // child was created.
@@ -241,9 +241,9 @@ func TestMetricValuesReachTheScrape(t *testing.T) {
 func TestVirtualServerStats(t *testing.T) {
 	RegisterMetrics()
 	stats := []VirtualServerStats{
-		{Namespace: "default", Service: "web", PortName: "http", Protocol: "TCP", Address: "10.96.0.10", Port: 80,
+		{Namespace: "default", Service: "web", PortName: "http", Protocol: "TCP", Address: "10.96.0.10", Port: 80, Scheduler: "lc",
 			Connections: 3, IncomingPackets: 30, OutgoingPackets: 20, IncomingBytes: 3000, OutgoingBytes: 2000},
-		{Namespace: "kube-system", Service: "dns", PortName: "", Protocol: "UDP", Address: "fd00::a", Port: 53,
+		{Namespace: "kube-system", Service: "dns", PortName: "", Protocol: "UDP", Address: "fd00::a", Port: 53, Scheduler: "rr",
 			Connections: 1, IncomingPackets: 1, OutgoingPackets: 1, IncomingBytes: 60, OutgoingBytes: 120},
 	}
 	setStats := registerTestVSStats(t)
@@ -271,8 +271,8 @@ func TestVirtualServerStats(t *testing.T) {
 		}
 		slices.SortFunc(got[name], func(a, b series) int { return strings.Compare(a.labels, b.labels) })
 	}
-	web := "address=10.96.0.10,namespace=default,port=80,port_name=http,protocol=TCP,service=web"
-	dns := "address=fd00::a,namespace=kube-system,port=53,port_name=,protocol=UDP,service=dns"
+	web := "address=10.96.0.10,namespace=default,port=80,port_name=http,protocol=TCP,scheduler=lc,service=web"
+	dns := "address=fd00::a,namespace=kube-system,port=53,port_name=,protocol=UDP,scheduler=rr,service=dns"
 	want := map[string][]series{
 		"kubeproxy_ipvs_virtual_server_connections_total":      {{web, 3}, {dns, 1}},
 		"kubeproxy_ipvs_virtual_server_incoming_packets_total": {{web, 30}, {dns, 1}},

@@ -16,6 +16,9 @@ type VirtualServerStats struct {
 	Namespace string
 	Service   string
 	PortName  string // the ServicePort name, "" for an unnamed port
+	// Scheduler is the scheduler the kernel runs for it (per-Service annotations,
+	// or the configured one).
+	Scheduler string
 	Protocol  string // "TCP", "UDP" or "SCTP"
 	Address   string // virtual address, canonical text form
 	Port      int    // virtual port
@@ -33,7 +36,7 @@ type VirtualServerStats struct {
 // snapshot, or do one dump).
 type VirtualServerStatsFunc func() []VirtualServerStats
 
-var vsStatsLabels = []string{"namespace", "service", "port_name", "protocol", "address", "port"}
+var vsStatsLabels = []string{"namespace", "service", "port_name", "protocol", "address", "port", "scheduler"}
 
 func newVSStatsDesc(name, help string) *metrics.Desc {
 	return metrics.NewDesc(kubeProxySubsystem+"_"+ipvsMetricPrefix+"virtual_server_"+name,
@@ -66,7 +69,7 @@ func (c *vsStatsCollector) DescribeWithStability(ch chan<- *metrics.Desc) {
 
 func (c *vsStatsCollector) CollectWithStability(ch chan<- metrics.Metric) {
 	for _, s := range c.stats() {
-		labels := []string{s.Namespace, s.Service, s.PortName, s.Protocol, s.Address, strconv.Itoa(s.Port)}
+		labels := []string{s.Namespace, s.Service, s.PortName, s.Protocol, s.Address, strconv.Itoa(s.Port), s.Scheduler}
 		ch <- metrics.NewLazyConstMetric(vsConnectionsDesc, metrics.CounterValue, float64(s.Connections), labels...)
 		ch <- metrics.NewLazyConstMetric(vsIncomingPacketsDesc, metrics.CounterValue, float64(s.IncomingPackets), labels...)
 		ch <- metrics.NewLazyConstMetric(vsOutgoingPacketsDesc, metrics.CounterValue, float64(s.OutgoingPackets), labels...)

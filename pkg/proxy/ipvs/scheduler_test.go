@@ -1,0 +1,189 @@
+package ipvs
+
+// Test address ranges: as in helpers_test.go.
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"syscall"
+	"testing"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/tools/events"
+
+	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/proxy"
+	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/proxy/apis/config"
+	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/ipvs"
+)
+
+func TestChooseScheduler(t *testing.T) {
+	ours, kr := proxy.AnnotationScheduler, proxy.AnnotationKubeRouterScheduler
+	cases := []struct {
+		name, configured, source, scheduler, flags string
+		wantSched                                  string
+		wantFlags                                  uint32
+		refused                                    int
+	}{
+		{name: "no annotation", configured: "rr", wantSched: "rr"},
+		{name: "no annotation, configured mh keeps upstream's port flag", configured: "mh", wantSched: "mh", wantFlags: ipvs.FlagSchedSH2},
+		{name: "ours lc", configured: "rr", source: ours, scheduler: "lc", wantSched: "lc"},
+		{name: "ours mh gets the port flag by default", configured: "rr", source: ours, scheduler: "mh", wantSched: "mh", wantFlags: ipvs.FlagSchedSH2},
+		{name: "ours sh with sh-port", configured: "rr", source: ours, scheduler: "sh", flags: "sh-port", wantSched: "sh", wantFlags: ipvs.FlagSchedSH2},
+		{name: "ours sh with both sh flags", configured: "rr", source: ours, scheduler: "sh", flags: "sh-fallback, sh-port", wantSched: "sh", wantFlags: ipvs.FlagSchedSH1 | ipvs.FlagSchedSH2},
+		{name: "ours mh-fallback replaces the default", configured: "rr", source: ours, scheduler: "mh", flags: "mh-fallback", wantSched: "mh", wantFlags: ipvs.FlagSchedSH1},
+		{name: "generic flags", configured: "rr", source: ours, scheduler: "wlc", flags: "flag-1,flag-2,flag-3", wantSched: "wlc", wantFlags: ipvs.FlagSchedSH1 | ipvs.FlagSchedSH2 | flagSched3},
+		{name: "flags alone apply to the configured scheduler", configured: "sh", source: ours, flags: "sh-port", wantSched: "sh", wantFlags: ipvs.FlagSchedSH2},
+		{name: "ours unknown scheduler", configured: "rr", source: ours, scheduler: "fastest", wantSched: "rr", refused: 1},
+		{name: "ours flag of another scheduler", configured: "rr", source: ours, scheduler: "lc", flags: "sh-port", wantSched: "lc", refused: 1},
+		{name: "ours unknown flag next to a good one", configured: "rr", source: ours, scheduler: "sh", flags: "sh-port,turbo", wantSched: "sh", wantFlags: ipvs.FlagSchedSH2, refused: 1},
+		{name: "ours only bad flags keep the default", configured: "rr", source: ours, scheduler: "mh", flags: "turbo", wantSched: "mh", wantFlags: ipvs.FlagSchedSH2, refused: 1},
+		{name: "kube-router sh", configured: "rr", source: kr, scheduler: "sh", wantSched: "sh"},
+		{name: "kube-router mh without flags has none", configured: "rr", source: kr, scheduler: "mh", wantSched: "mh"},
+		{name: "kube-router mh with flags", configured: "rr", source: kr, scheduler: "mh", flags: "flag-1,flag-2", wantSched: "mh", wantFlags: ipvs.FlagSchedSH1 | ipvs.FlagSchedSH2},
+		{name: "kube-router flags on sh are ignored as kube-router does", configured: "rr", source: kr, scheduler: "sh", flags: "flag-2", wantSched: "sh", refused: 1},
+		{name: "kube-router value it does not accept", configured: "lc", source: kr, scheduler: "wrr", wantSched: "lc", refused: 1},
+		{name: "kube-router unknown flag", configured: "rr", source: kr, scheduler: "mh", flags: "flag-2,mh-port", wantSched: "mh", wantFlags: ipvs.FlagSchedSH2, refused: 1},
+	}
+	for _, s := range config.IPVSSchedulers {
+		want := uint32(0)
+		if s == "mh" {
+			want = ipvs.FlagSchedSH2
+		}
+		cases = append(cases, struct {
+			name, configured, source, scheduler, flags string
+			wantSched                                  string
+			wantFlags                                  uint32
+			refused                                    int
+		}{name: "ours " + s, configured: "rr", source: ours, scheduler: s, wantSched: s, wantFlags: want})
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			sched, flags, refused := chooseScheduler(c.configured, &proxy.ServicePortInfo{Scheduler: c.scheduler, SchedulerFlags: c.flags, SchedulerSource: c.source})
+			if sched != c.wantSched || flags != c.wantFlags || len(refused) != c.refused {
+				t.Errorf("got %s %#x %v, want %s %#x and %d refusals", sched, flags, refused, c.wantSched, c.wantFlags, c.refused)
+			}
+		})
+	}
+}
+
+func annotate(kv ...string) func(*v1.Service) {
+	return func(s *v1.Service) {
+		s.Annotations = map[string]string{}
+		for i := 0; i+1 < len(kv); i += 2 {
+			s.Annotations[kv[i]] = kv[i+1]
+		}
+	}
+}
+
+// TestSchedulerAnnotationsInPlace: setting, changing and removing the annotation
+// edits only that Service's virtual servers in place, in a partial sync; ours wins
+// over kube-router's.
+func TestSchedulerAnnotationsInPlace(t *testing.T) {
+	e := newTestEnv(t, v1.IPv4Protocol)
+	svc := func(mods ...func(*v1.Service)) *v1.Service {
+		return makeService("ns", "web", append([]func(*v1.Service){clusterIP("10.96.0.1"), port("p", v1.ProtocolTCP, 80, 30080)}, mods...)...)
+	}
+	other := makeService("ns", "other", clusterIP("10.96.0.2"), port("p", v1.ProtocolTCP, 80, 0))
+	e.start(svc(), makeSlice("ns", "web", "w-1", tcp("p", 80), endpoint("10.244.2.1")), other,
+		makeSlice("ns", "other", "o-1", tcp("p", 80), endpoint("10.244.2.2")))
+	steps := []struct {
+		mods  []func(*v1.Service)
+		want  string // the scheduler column of web's three virtual servers
+		other string
+	}{
+		{[]func(*v1.Service){annotate(proxy.AnnotationScheduler, "lc")}, "lc", "rr"},
+		{[]func(*v1.Service){annotate(proxy.AnnotationScheduler, "sh", proxy.AnnotationSchedulerFlags, "sh-port")}, "sh sh-port", "rr"},
+		{[]func(*v1.Service){annotate(proxy.AnnotationKubeRouterScheduler, "mh", proxy.AnnotationKubeRouterSchedFlags, "flag-1")}, "mh mh-fallback", "rr"},
+		{[]func(*v1.Service){annotate(proxy.AnnotationKubeRouterScheduler, "mh", proxy.AnnotationScheduler, "lc")}, "lc", "rr"},
+		{nil, "rr", "rr"},
+	}
+	for i, s := range steps {
+		e.ipvs.ResetOps()
+		e.add(svc(s.mods...))
+		if st := e.mustSync(); st.Full || st.Services != 1 {
+			t.Fatalf("step %d: full=%v services=%d, want a partial sync of one Service", i, st.Full, st.Services)
+		}
+		d := e.ipvs.Dump()
+		for _, vip := range []string{"10.96.0.1:80", "192.168.0.10:30080", "192.168.1.10:30080"} {
+			if !strings.Contains(d, "TCP  "+vip+" "+s.want+"\n") {
+				t.Errorf("step %d: %s is not %q:\n%s", i, vip, s.want, d)
+			}
+		}
+		if !strings.Contains(d, "TCP  10.96.0.2:80 "+s.other+"\n") {
+			t.Errorf("step %d: the other Service changed:\n%s", i, d)
+		}
+		ops := e.ipvs.Ops()
+		if ops[ipvs.OpAddVS] != 0 || ops[ipvs.OpDelVS] != 0 || ops[ipvs.OpUpdateVS] != 3 {
+			t.Errorf("step %d: ops %v, want 3 in-place updates and no delete or add", i, ops)
+		}
+	}
+}
+
+// refusingScheduler is a kernel without some schedulers' modules: adding or updating a
+// virtual server with one fails with ENOENT, as the kernel does.
+type refusingScheduler struct {
+	ipvs.Interface
+	missing string
+}
+
+func (r *refusingScheduler) AddVirtualServer(ctx context.Context, vs *ipvs.VirtualServer) error {
+	if vs.Scheduler == r.missing {
+		return fmt.Errorf("adding virtual server %s: %w", vs, syscall.ENOENT)
+	}
+	return r.Interface.AddVirtualServer(ctx, vs)
+}
+
+func (r *refusingScheduler) UpdateVirtualServer(ctx context.Context, vs *ipvs.VirtualServer) error {
+	if vs.Scheduler == r.missing {
+		return fmt.Errorf("updating virtual server %s: %w", vs, syscall.ENOENT)
+	}
+	return r.Interface.UpdateVirtualServer(ctx, vs)
+}
+
+// TestSchedulerBadValues: an unknown scheduler, and one whose module the kernel lacks,
+// are the Service's problem only: one Warning Event, the configured scheduler, and the
+// other Services' changes in the same sync go in.
+func TestSchedulerBadValues(t *testing.T) {
+	rec := events.NewFakeRecorder(100)
+	e := newTestEnv(t, v1.IPv4Protocol, func(o *Options) { o.Recorder = rec })
+	e.p.kernel.IPVS = &refusingScheduler{Interface: e.ipvs, missing: "mh"}
+	e.start(makeSlice("ns", "other", "o-1", tcp("p", 80), endpoint("10.244.2.2")),
+		makeService("ns", "other", clusterIP("10.96.0.2"), port("p", v1.ProtocolTCP, 80, 0)))
+	countEvents(rec)
+
+	e.add(makeService("ns", "made-up", clusterIP("10.96.0.3"), port("p", v1.ProtocolTCP, 80, 0), annotate(proxy.AnnotationScheduler, "fastest")))
+	e.add(makeService("ns", "maglev", clusterIP("10.96.0.4"), port("p", v1.ProtocolTCP, 80, 30004), annotate(proxy.AnnotationScheduler, "mh")))
+	e.add(makeSlice("ns", "maglev", "m-1", tcp("p", 80), endpoint("10.244.2.4")))
+	e.add(makeSlice("ns", "other", "o-1", tcp("p", 80), endpoint("10.244.2.2"), endpoint("10.244.2.3")))
+	st := e.mustSync()
+	d := e.ipvs.Dump()
+	for _, want := range []string{
+		"TCP  10.96.0.3:80 rr\n",
+		"TCP  10.96.0.4:80 rr\n  -> 10.244.2.4:80 Masq 1 0 0\n",
+		"TCP  192.168.0.10:30004 rr\n",
+		"TCP  10.96.0.2:80 rr\n  -> 10.244.2.2:80 Masq 1 0 0\n  -> 10.244.2.3:80 Masq 1 0 0\n",
+	} {
+		if !strings.Contains(d, want) {
+			t.Errorf("missing %q in:\n%s", want, d)
+		}
+	}
+	if st.Failed != 3 {
+		t.Errorf("failed = %d, want the 3 virtual servers of maglev", st.Failed)
+	}
+	if n := countEvents(rec); n != 2 {
+		t.Errorf("%d Warning Events, want 2 (one per Service)", n)
+	}
+	// Retried with backoff; still refused, no new Event; once the module loads, mh.
+	e.clock.Step(minRetryInterval)
+	e.mustSync()
+	if n := countEvents(rec); n != 0 {
+		t.Errorf("%d more Events on retry", n)
+	}
+	e.p.kernel.IPVS = e.ipvs
+	e.clock.Step(2 * minRetryInterval)
+	e.mustSync()
+	if d := e.ipvs.Dump(); !strings.Contains(d, "TCP  10.96.0.4:80 mh mh-port\n") {
+		t.Errorf("mh not programmed once available:\n%s", d)
+	}
+}
