@@ -18,6 +18,7 @@ import (
 
 	proxyconfig "github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/proxy/config"
 	proxymetrics "github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/proxy/metrics"
+	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/httpserver"
 )
 
 // Labels that take a Service away from kube-proxy (upstream pkg/proxy/apis).
@@ -67,7 +68,9 @@ func (s *ProxyServer) Run(ctx context.Context) error {
 		if s.HeldBack != nil {
 			handler = proxymetrics.WithHeldBack(handler, s.HeldBack)
 		}
-		run := func(ctx context.Context) error { return serveHTTP(ctx, cfg.MetricsBindAddress, handler) }
+		run := func(ctx context.Context) error {
+			return serveHTTP(ctx, cfg.MetricsBindAddress, handler, httpserver.DefaultLimits)
+		}
 		go s.serve(ctx, "metrics", cfg.MetricsBindAddress, run, errCh)
 	}
 
@@ -157,13 +160,15 @@ func (s *ProxyServer) serve(ctx context.Context, name, addr string, run func(con
 	}
 }
 
-// serveHTTP serves handler on addr until ctx ends.
-func serveHTTP(ctx context.Context, addr string, handler http.Handler) error {
+// serveHTTP serves handler on addr until ctx ends, with limits on slow and idle
+// clients, header size and concurrent connections.
+func serveHTTP(ctx context.Context, addr string, handler http.Handler, limits httpserver.Limits) error {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return fmt.Errorf("listening: %w", err)
 	}
-	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
+	ln = httpserver.Limit(ln, limits)
+	srv := httpserver.New(handler, limits)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)

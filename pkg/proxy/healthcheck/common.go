@@ -10,6 +10,8 @@ import (
 	"context"
 	"net"
 	"net/http"
+
+	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/httpserver"
 )
 
 // listener opens listening sockets; tests replace it to avoid real ports.
@@ -28,17 +30,37 @@ type httpServer interface {
 	Close() error
 }
 
-type stdNetListener struct{}
-
-func (stdNetListener) Listen(ctx context.Context, network, addr string) (net.Listener, error) {
-	var lc net.ListenConfig
-	return lc.Listen(ctx, network, addr)
+// stdNetListener listens for real, serving at most limits.MaxConnections
+// connections at once per listener (the zero value: httpserver.DefaultLimits).
+type stdNetListener struct {
+	limits httpserver.Limits
 }
 
-type stdHTTPServerFactory struct{}
+func (s stdNetListener) Listen(ctx context.Context, network, addr string) (net.Listener, error) {
+	var lc net.ListenConfig
+	l, err := lc.Listen(ctx, network, addr)
+	if err != nil {
+		return nil, err
+	}
+	return httpserver.Limit(l, limitsOrDefault(s.limits)), nil
+}
 
-func (stdHTTPServerFactory) New(handler http.Handler) httpServer {
-	return &http.Server{Handler: handler}
+// stdHTTPServerFactory builds http.Servers with the timeouts and header cap of
+// limits (the zero value: httpserver.DefaultLimits), so a slow or idle client is
+// dropped (upstream sets none of them).
+type stdHTTPServerFactory struct {
+	limits httpserver.Limits
+}
+
+func (f stdHTTPServerFactory) New(handler http.Handler) httpServer {
+	return httpserver.New(handler, limitsOrDefault(f.limits))
+}
+
+func limitsOrDefault(l httpserver.Limits) httpserver.Limits {
+	if l == (httpserver.Limits{}) {
+		return httpserver.DefaultLimits
+	}
+	return l
 }
 
 var (
