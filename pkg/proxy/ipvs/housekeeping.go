@@ -3,6 +3,7 @@ package ipvs
 import (
 	"context"
 	"net"
+	"time"
 
 	"k8s.io/apimachinery/pkg/types"
 
@@ -54,6 +55,7 @@ func (p *Proxier) cleanConntrack(ctx context.Context, targets []conntrackTarget,
 	if len(want) == 0 {
 		return
 	}
+	start := time.Now()
 	wantProto := map[uint8]bool{}
 	for k := range want {
 		wantProto[k.proto] = true
@@ -93,5 +95,5 @@ func (p *Proxier) cleanConntrack(ctx context.Context, targets []conntrackTarget,
 		}
 		deleted += n
 	}
-	observeConntrackDeleted(p.opts.IPFamily, deleted)
+	observeConntrackReconcile(p.opts.IPFamily, start, deleted)
 }

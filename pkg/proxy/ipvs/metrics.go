@@ -113,10 +113,10 @@ func observeHeldBack(family v1.IPFamily, counts map[string]int) {
 	}
 }
 
-// observeConntrackDeleted records the flows one conntrack cleanup deleted; like
-// upstream it adds 0 too, so the series exists from the first cleanup on.
-func observeConntrackDeleted(family v1.IPFamily, n int) {
-	metrics.ReconcileConntrackFlowsDeletedEntriesTotal.WithLabelValues(string(family)).Add(float64(n))
+// observeConntrackReconcile records one conntrack cleanup (upstream's
+// conntrack_reconciler metrics): its duration and the flows it deleted, 0 included.
+func observeConntrackReconcile(family v1.IPFamily, start time.Time, n int) {
+	metrics.ObserveConntrackReconcile(string(family), time.Since(start), n)
 }
 
 func observeServiceChange(pending int) {
