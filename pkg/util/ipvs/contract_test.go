@@ -5,12 +5,10 @@ package ipvs
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"slices"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -26,7 +24,7 @@ func errKind(err error) string {
 		return "exists"
 	case IsNotFound(err):
 		return "notfound"
-	case errors.Is(err, syscall.EINVAL):
+	case IsInvalid(err):
 		return "einval"
 	}
 	return "other: " + err.Error()

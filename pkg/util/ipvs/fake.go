@@ -55,6 +55,24 @@ type fakeService struct {
 // Client, so IsExists / IsNotFound match), the kernel sets the hashed flag on every
 // stored virtual server, an unknown scheduler is ENOENT and a real server of the
 // other family is EINVAL. A failed call changes nothing.
+//
+// Real server addresses are refused as the kernel refuses them (ip_vs_new_dest,
+// checked on add only, after the virtual server lookup; update and delete of
+// such an address find nothing: ENOENT), with EINVAL (IsInvalid):
+//   - IPv4: multicast (224.0.0.0/4), 255.255.255.255 and 0.0.0.0, which
+//     inet_addr_type calls multicast or broadcast. The rest of 0.0.0.0/8, class
+//     E, loopback (a local address) and link-local are accepted.
+//   - IPv6: multicast, :: and link-local (fe80::/10). ::1, site-local and
+//     v4-compatible addresses are accepted.
+//
+// What the kernel decides from the namespace's routes is not modelled: it also
+// refuses an IPv4 address its local table calls broadcast (the broadcast
+// address of a bound subnet) and accepts an IPv6 link-local or multicast
+// address that routes to the loopback device (one bound on this node).
+// Virtual server addresses are not checked by the kernel (multicast,
+// broadcast, unspecified, loopback and link-local virtual servers are added),
+// nor is port 0; the scheduler "none" is accepted, an empty one is ENOENT.
+// TestFakeRefusalContract and TestVMRefusalContract (in the VM) prove each rule.
 type Fake struct {
 	mu               sync.Mutex
 	services         map[string]*fakeService // by VirtualServer.Key
@@ -188,6 +206,9 @@ func (f *Fake) AddRealServer(ctx context.Context, vs *VirtualServer, rs *RealSer
 	return f.realServerOp(ctx, OpAddRS, "adding", "to", vs, rs, func(svc *fakeService) error {
 		if _, ok := svc.dsts[rs.Key()]; ok {
 			return syscall.EEXIST
+		}
+		if !kernelAcceptsDestination(rs.Address) {
+			return syscall.EINVAL
 		}
 		svc.dsts[rs.Key()] = &RealServer{Address: normalizeIP(append(net.IP(nil), rs.Address...)), Port: rs.Port, Weight: rs.Weight}
 		return nil
@@ -448,4 +469,13 @@ func sortedDestinations(svc *fakeService) []*RealServer {
 		return out[i].Port < out[j].Port
 	})
 	return out
+}
+
+// kernelAcceptsDestination is the address-type check of ip_vs_new_dest, as far
+// as it does not depend on the namespace's routes (see Fake).
+func kernelAcceptsDestination(ip net.IP) bool {
+	if v4 := ip.To4(); v4 != nil {
+		return !v4.IsMulticast() && !v4.Equal(net.IPv4bcast) && !v4.IsUnspecified()
+	}
+	return !ip.IsMulticast() && !ip.IsUnspecified() && !ip.IsLinkLocalUnicast()
 }

@@ -32,6 +32,16 @@ type fakeLink struct {
 // (IsNotFound) except for DeleteDummyDevice, binding a bound address reports
 // "already bound", unbinding an unbound address succeeds. Node interfaces are set
 // up with AddLink. A failed call changes nothing.
+//
+// Binds are refused as the kernel refuses them on any link but lo, whatever its
+// type and state (ipv6_add_addr), with EADDRNOTAVAIL (IsAddressNotAvailable):
+// IPv6 multicast, :: and ::1 (on the link named "lo" ::1 is accepted). IPv6
+// link-local addresses are bound (and left out of ListBindAddress, as the Client
+// does). The kernel binds any IPv4 address: multicast, 255.255.255.255,
+// 0.0.0.0 and 127.0.0.0/8 included, so the Fake does too.
+// TestFakeBindRefusalContract, TestIntegrationBindRefusalContract (an up veth,
+// host kernel) and TestVMBindRefusalContract (the down dummy, in the VM) prove
+// each rule.
 type Fake struct {
 	mu               sync.Mutex
 	links            map[string]*fakeLink
@@ -175,6 +185,9 @@ func (f *Fake) EnsureAddressBind(ctx context.Context, ip net.IP, dev string) (bo
 	if _, ok := l.addrs[ip.String()]; ok {
 		return true, nil
 	}
+	if !kernelBinds(ip, dev) {
+		return false, fmt.Errorf("binding address %s to %s: %w", ip, dev, unix.EADDRNOTAVAIL)
+	}
 	l.addrs[ip.String()] = normalizeIP(append(net.IP(nil), ip...))
 	changed = true
 	return false, nil
@@ -277,4 +290,13 @@ func (f *Fake) Dump() string {
 		b.WriteString("\n")
 	}
 	return b.String()
+}
+
+// kernelBinds is ipv6_add_addr's address check (see Fake): the Fake knows the
+// loopback device by its name.
+func kernelBinds(ip net.IP, dev string) bool {
+	if ip.To4() != nil {
+		return true
+	}
+	return !ip.IsMulticast() && !ip.IsUnspecified() && (!ip.IsLoopback() || dev == "lo")
 }

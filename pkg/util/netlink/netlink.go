@@ -24,6 +24,14 @@ func IsExists(err error) bool {
 	return errors.Is(err, unix.EEXIST)
 }
 
+// IsAddressNotAvailable reports whether err says the kernel refuses to bind the
+// address to the link (EADDRNOTAVAIL from ipv6_add_addr: an IPv6 multicast
+// address, ::, or ::1 on a link other than lo): retrying it unchanged can
+// never succeed.
+func IsAddressNotAvailable(err error) bool {
+	return errors.Is(err, unix.EADDRNOTAVAIL)
+}
+
 // Client is the rtnetlink Handle for the calling thread's network namespace.
 type Client struct {
 	mu sync.Mutex

@@ -101,3 +101,17 @@ func TestIntegrationLinkLocalFiltered(t *testing.T) {
 		}
 	})
 }
+
+// TestIntegrationBindRefusalContract: the host kernel's bind refusals on an up
+// veth end, the table TestFakeBindRefusalContract runs.
+func TestIntegrationBindRefusalContract(t *testing.T) {
+	netns.Run(t, func(t *testing.T) {
+		setupContractLinks(t, "dev0")
+		c, err := New()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		checkBindRefusalContract(t, c, "dev0")
+	})
+}
