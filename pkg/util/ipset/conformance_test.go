@@ -241,6 +241,85 @@ add T-PORTS 7
 add T-PORTS 9
 `,
 	},
+	{
+		name: "the kernel refuses the zero address in hash:ip and hash:ip,port, on add and del",
+		steps: []step{
+			ok(func(tx *Transaction) {
+				for _, s := range []*Set{setIP, setIP6, setIPPort, setIPP6, setIPPIP, setIPPIP6, setIPPN, setIPPN6} {
+					tx.Create(s)
+				}
+			}),
+			{build: func(tx *Transaction) {
+				tx.Add("T-IP", "10.0.0.1")
+				tx.Add("T-IP", "0.0.0.0")
+				tx.Add("T-IP", "10.0.0.2")
+			}, wantKind: ErrInvalid, wantIndex: 1},
+			{build: func(tx *Transaction) { tx.Add("T-IP6", "fd00::1"); tx.Add("T-IP6", "::") }, wantKind: ErrInvalid, wantIndex: 1},
+			{build: func(tx *Transaction) {
+				tx.Add("T-IPPORT", "10.0.0.1,tcp:80")
+				tx.Add("T-IPPORT", "0.0.0.0,udp:53")
+			}, wantKind: ErrInvalid, wantIndex: 1},
+			{build: func(tx *Transaction) { tx.Add("T-IPPORT6", "::,tcp:80") }, wantKind: ErrInvalid, wantIndex: 0},
+			{build: func(tx *Transaction) { tx.Del("T-IP", "0.0.0.0") }, wantKind: ErrInvalid, wantIndex: 0},
+			{build: func(tx *Transaction) { tx.Del("T-IPPORT6", "::,sctp:9") }, wantKind: ErrInvalid, wantIndex: 0},
+			// The three-part types take it in every address component.
+			ok(func(tx *Transaction) {
+				tx.Add("T-IPPORTIP", "0.0.0.0,tcp:80,0.0.0.0")
+				tx.Add("T-IPPORTIP6", "::,udp:53,fd00::1")
+				tx.Add("T-IPPORTNET", "0.0.0.0,tcp:80,0.0.0.0")
+				tx.Add("T-IPPORTNET", "10.0.0.1,tcp:80,0.0.0.0/1")
+				tx.Add("T-IPPORTNET6", "::,tcp:80,::/1")
+			}),
+		},
+		want: `create T-IP hash:ip family inet hashsize 1024 maxelem 65536
+add T-IP 10.0.0.1
+create T-IP6 hash:ip family inet6 hashsize 1024 maxelem 65536
+add T-IP6 fd00::1
+create T-IPPORT hash:ip,port family inet hashsize 1024 maxelem 65536
+add T-IPPORT 10.0.0.1,tcp:80
+create T-IPPORT6 hash:ip,port family inet6 hashsize 1024 maxelem 65536
+create T-IPPORTIP hash:ip,port,ip family inet hashsize 1024 maxelem 65536
+add T-IPPORTIP 0.0.0.0,tcp:80,0.0.0.0
+create T-IPPORTIP6 hash:ip,port,ip family inet6 hashsize 1024 maxelem 65536
+add T-IPPORTIP6 ::,udp:53,fd00::1
+create T-IPPORTNET hash:ip,port,net family inet hashsize 1024 maxelem 65536
+add T-IPPORTNET 0.0.0.0,tcp:80,0.0.0.0
+add T-IPPORTNET 10.0.0.1,tcp:80,0.0.0.0/1
+create T-IPPORTNET6 hash:ip,port,net family inet6 hashsize 1024 maxelem 65536
+add T-IPPORTNET6 ::,tcp:80,::/1
+`,
+	},
+	{
+		name: "a /0 net and an address of the other family are refused",
+		steps: []step{
+			ok(func(tx *Transaction) { tx.Create(setIP); tx.Create(setIP6); tx.Create(setIPPN); tx.Create(setIPPN6) }),
+			// Validation: nothing runs, not even the lines before.
+			{build: func(tx *Transaction) {
+				tx.Add("T-IP", "10.0.0.1")
+				tx.Add("T-IPPORTNET", "10.0.0.1,tcp:80,0.0.0.0/0")
+			}, wantKind: ErrInvalid, wantIndex: 1},
+			{build: func(tx *Transaction) { tx.Add("T-IPPORTNET6", "fd00::1,tcp:80,fd00::1/0") }, wantKind: ErrInvalid, wantIndex: 0},
+			{build: func(tx *Transaction) {
+				tx.Add("T-IP", "10.0.0.2")
+				tx.Create(&Set{Name: "T-NEW6", Type: HashIP, Family: FamilyInet6})
+				tx.Add("T-NEW6", "10.0.0.1")
+			}, wantKind: ErrInvalid, wantIndex: 2},
+			{build: func(tx *Transaction) { tx.Add("T-IPPORTNET", "10.0.0.1,tcp:80,fd00::/8") }, wantKind: ErrInvalid, wantIndex: 0},
+			// The set's family is known only to the kernel: libipset's parse fails
+			// ("Syntax error: cannot parse 10.0.0.1: resolving to IPv6 address
+			// failed") and the unsent buffer of T-IP goes with it.
+			{build: func(tx *Transaction) {
+				tx.Add("T-IP", "10.0.0.3")
+				tx.Add("T-IP6", "10.0.0.4")
+			}, wantKind: ErrInvalid, wantIndex: 1},
+			{build: func(tx *Transaction) { tx.Add("T-IP", "fd00::4") }, wantKind: ErrInvalid, wantIndex: 0},
+		},
+		want: `create T-IP hash:ip family inet hashsize 1024 maxelem 65536
+create T-IP6 hash:ip family inet6 hashsize 1024 maxelem 65536
+create T-IPPORTNET hash:ip,port,net family inet hashsize 1024 maxelem 65536
+create T-IPPORTNET6 hash:ip,port,net family inet6 hashsize 1024 maxelem 65536
+`,
+	},
 }
 
 // referenceFunc makes a kernel object reference a set.

@@ -11,7 +11,7 @@ import (
 // these sentinels, so callers test errors.Is(err, ErrSetNotFound) (or IsNotFound)
 // and never look at the message.
 var (
-	ErrInvalid       = errors.New("invalid ipset request")                // rejected before running ipset, or ipset's "Syntax error"
+	ErrInvalid       = errors.New("invalid ipset request")                // rejected before running ipset, ipset's "Syntax error", or an element the kernel refuses (IPSET_ERR_HASH_ELEM, EINVAL)
 	ErrSetNotFound   = errors.New("set does not exist")                   // ENOENT, IPSET_ERR_EXIST_SETNAME2
 	ErrSetExists     = errors.New("set exists with a different type")     // IPSET_ERR_EXIST on create with -exist
 	ErrSetInUse      = errors.New("set is in use by a kernel component")  // IPSET_ERR_BUSY
@@ -41,6 +41,10 @@ var reasonTable = []struct {
 	{"Element cannot be deleted from the set: it's not added", ErrEntryNotFound},
 	{"Syntax error", ErrInvalid},
 	{"The value of the CIDR parameter of the IP address is invalid", ErrInvalid},
+	// The kernel refuses the zero address in hash:ip (IPSET_ERR_HASH_ELEM) and in
+	// hash:ip,port (plain EINVAL), on add and on del (seen on 6.1 and 6.18).
+	{"Null-valued element, cannot be stored in a hash type of set", ErrInvalid},
+	{"Kernel error received: Invalid argument", ErrInvalid},
 }
 
 // Error is a failed ipset operation.

@@ -29,6 +29,20 @@ import (
 //   - swap needs both sets and the same type and family (the kernel compares type
 //     features and family: none of the supported types can be swapped with another;
 //     bitmap ranges and hash sizes may differ). References stay with the names.
+//   - the kernel refuses the zero address (0.0.0.0, ::) in hash:ip ("Null-valued
+//     element") and in hash:ip,port (EINVAL), on add and on del, -exist or not: a
+//     kernel failure (ErrInvalid) with the buffered elements before it applied.
+//     hash:ip,port,ip and hash:ip,port,net take it in either address component.
+//   - a /0 net in hash:ip,port,net (the kernel: "The value of the CIDR parameter
+//     of the IP address is invalid") and an address of the other family (libipset:
+//     "Syntax error: cannot parse ...") are refused by the validation Apply shares
+//     with the real runner, before anything runs, when the set's type is known from
+//     the batch or no supported type takes the entry; otherwise (an IPv4 address
+//     for an inet6 set created earlier) by the userspace parse, which discards the
+//     unsent buffer. Both are ErrInvalid.
+//
+// TestFakeConformance and TestIntegrationConformance (the host's ipset in a
+// private namespace) run the same scenarios, each refusal included.
 type Fake struct {
 	mu      sync.Mutex
 	sets    map[string]*fakeSet
@@ -246,6 +260,9 @@ func (f *Fake) exec(i int, o op) error {
 		if s == nil {
 			return notFound()
 		}
+		if err := f.checkZero(i, o, s); err != nil {
+			return err
+		}
 		if _, ok := s.entries[o.arg]; ok {
 			break
 		}
@@ -260,6 +277,9 @@ func (f *Fake) exec(i int, o op) error {
 		s := f.sets[o.set]
 		if s == nil {
 			return notFound()
+		}
+		if err := f.checkZero(i, o, s); err != nil {
+			return err
 		}
 		if err := f.checkRange(i, o, s); err != nil {
 			return err
@@ -296,6 +316,22 @@ func (f *Fake) exec(i int, o op) error {
 		return fmt.Errorf("ipset fake: unknown operation kind %d", o.kind)
 	}
 	f.ops.count(o.kind)
+	return nil
+}
+
+// checkZero refuses the zero address where the kernel does (see Fake). The
+// entry is canonical: its first component is the address.
+func (f *Fake) checkZero(i int, o op, s *fakeSet) error {
+	addr, _, _ := strings.Cut(o.arg, ",")
+	if addr != "0.0.0.0" && addr != "::" {
+		return nil
+	}
+	switch s.spec.Type {
+	case HashIP:
+		return f.lineErr(i, o, ErrInvalid, "Null-valued element, cannot be stored in a hash type of set")
+	case HashIPPort:
+		return f.lineErr(i, o, ErrInvalid, "Kernel error received: Invalid argument")
+	}
 	return nil
 }
 
