@@ -41,8 +41,9 @@ var reasonTable = []struct {
 	{"Element cannot be deleted from the set: it's not added", ErrEntryNotFound},
 	{"Syntax error", ErrInvalid},
 	{"The value of the CIDR parameter of the IP address is invalid", ErrInvalid},
-	// The kernel refuses the zero address in hash:ip (IPSET_ERR_HASH_ELEM) and in
-	// hash:ip,port (plain EINVAL), on add and on del (seen on 6.1 and 6.18).
+	// The kernel refuses the zero address in hash:ip (IPSET_ERR_HASH_ELEM, seen on
+	// 6.1 and 6.18) and in hash:ip,port (plain EINVAL, since 6.3; seen on 6.18),
+	// on add and on del.
 	{"Null-valued element, cannot be stored in a hash type of set", ErrInvalid},
 	{"Kernel error received: Invalid argument", ErrInvalid},
 }

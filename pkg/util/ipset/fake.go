@@ -30,9 +30,11 @@ import (
 //     features and family: none of the supported types can be swapped with another;
 //     bitmap ranges and hash sizes may differ). References stay with the names.
 //   - the kernel refuses the zero address (0.0.0.0, ::) in hash:ip ("Null-valued
-//     element") and in hash:ip,port (EINVAL), on add and on del, -exist or not: a
-//     kernel failure (ErrInvalid) with the buffered elements before it applied.
-//     hash:ip,port,ip and hash:ip,port,net take it in either address component.
+//     element") and, since Linux 6.3 (hash:ip,port revision 7, bitmask support),
+//     in hash:ip,port (EINVAL), on add and on del, -exist or not: a kernel failure
+//     (ErrInvalid) with the buffered elements before it applied. Linux 6.1 stores
+//     the zero address in hash:ip,port; the Fake refuses it, as current kernels
+//     do. hash:ip,port,ip and hash:ip,port,net take it in either address component.
 //   - a /0 net in hash:ip,port,net (the kernel: "The value of the CIDR parameter
 //     of the IP address is invalid") and an address of the other family (libipset:
 //     "Syntax error: cannot parse ...") are refused by the validation Apply shares

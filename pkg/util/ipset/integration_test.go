@@ -15,6 +15,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
 
 	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/testing/netns"
 	utilexec "k8s.io/utils/exec"
@@ -36,7 +37,13 @@ func resetKernel(t *testing.T) {
 
 func TestIntegrationConformance(t *testing.T) {
 	netns.Run(t, func(t *testing.T) {
-		runScenarios(t, func(t *testing.T) (Interface, referenceFunc) {
+		var uts unix.Utsname
+		if err := unix.Uname(&uts); err != nil {
+			t.Fatal(err)
+		}
+		release := unix.ByteSliceToString(uts.Release[:])
+		t.Logf("kernel %s", release)
+		runScenarios(t, release, func(t *testing.T) (Interface, referenceFunc) {
 			resetKernel(t)
 			return New(utilexec.New()), func(t *testing.T, set string) {
 				mustRun(t, "iptables-legacy", "-t", "filter", "-A", "INPUT", "-m", "set", "--match-set", set, "src", "-j", "ACCEPT")
