@@ -11,6 +11,7 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/kube-proxy/config/v1alpha1"
 	utilexec "k8s.io/utils/exec"
+	netutils "k8s.io/utils/net"
 
 	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/proxy"
 	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/proxy/healthcheck"
@@ -197,23 +198,33 @@ func nodePortListenIPs(list []string, family v1.IPFamily) []net.IP {
 // localDetectorArgs returns iptables arguments matching traffic that does not come
 // from a local pod, per detectLocalMode; nil when it cannot be detected.
 func localDetectorArgs(logger klog.Logger, cfg *v1alpha1.KubeProxyConfiguration, podCIDRs []string, family v1.IPFamily) []string {
-	pick := func(cidrs []string) string {
+	// pick returns the first CIDR of family in canonical form; only a parsed CIDR
+	// reaches the iptables text, an invalid one is logged and skipped.
+	pick := func(source string, cidrs []string) string {
 		for _, c := range cidrs {
 			c = strings.TrimSpace(c)
-			if c != "" && isIPv6CIDR(c) == (family == v1.IPv6Protocol) {
-				return c
+			if c == "" {
+				continue
+			}
+			_, n, err := netutils.ParseCIDRSloppy(c)
+			if err != nil {
+				logger.Error(err, "Ignoring an invalid CIDR for local traffic detection", "source", source, "cidr", c, "ipFamily", family)
+				continue
+			}
+			if (n.IP.To4() == nil) == (family == v1.IPv6Protocol) {
+				return n.String()
 			}
 		}
 		return ""
 	}
 	switch cfg.DetectLocalMode {
 	case "ClusterCIDR", "":
-		if c := pick(strings.Split(cfg.ClusterCIDR, ",")); c != "" {
+		if c := pick("clusterCIDR", strings.Split(cfg.ClusterCIDR, ",")); c != "" {
 			return []string{"!", "-s", c}
 		}
 		logger.Info("Detect-local-mode set to ClusterCIDR, but no cluster CIDR for family", "ipFamily", family)
 	case "NodeCIDR":
-		if c := pick(podCIDRs); c != "" {
+		if c := pick("node spec.podCIDRs", podCIDRs); c != "" {
 			return []string{"!", "-s", c}
 		}
 		logger.Info("Detect-local-mode set to NodeCIDR, but no PodCIDR defined at node for family", "ipFamily", family)

@@ -374,3 +374,60 @@ func TestAllFieldsExampleIsTheTestdataFile(t *testing.T) {
 		t.Error("AllFieldsExample differs from testdata/all-fields.yaml")
 	}
 }
+
+// TestDetectLocalInterfaceNames: a detectLocal interface name or prefix goes
+// into iptables-restore text as "-i NAME" / "-i PREFIX+", so only names the
+// kernel could have (and that stay one plain word) are accepted.
+func TestDetectLocalInterfaceNames(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		prefix bool
+		want   string // "" = valid, else part of the error
+	}{
+		{"cbr0", false, ""},
+		{"br-0a1b2c3d4e5f", false, ""},
+		{"eth0.100", false, ""},
+		{"vxlan_calico-1", false, ""},
+		{"a23456789012345", false, ""}, // 15: the kernel's maximum
+		{"a234567890123456", false, "at most 15"},
+		{"veth", true, ""},
+		{"a2345678901234", true, ""}, // 14 + "+" = 15
+		{"a23456789012345", true, "at most 14"},
+		{".", false, "not a valid"},
+		{"..", false, "not a valid"},
+		{"eth/0", false, `contains '/'`},
+		{"eth:0", false, `contains ':'`},
+		{"eth 0", false, `contains ' '`},
+		{"eth\t0", false, `contains '\t'`},
+		{"eth0\n-A INPUT", false, `contains '\n'`},
+		{`eth"0`, false, `contains '"'`},
+		{"eth'0", false, `contains '\''`},
+		{`eth\0`, false, `contains '\\'`},
+		{"!eth0", false, `contains '!'`},
+		{"ethé", false, `contains 'é'`},
+		{"br+", false, "must not end in '+'"},
+		{"cali+", true, ""}, // a literal '+' inside a prefix is a valid name character
+	} {
+		err := ValidateInterfaceName(tc.name, tc.prefix)
+		switch {
+		case tc.want == "" && err != nil:
+			t.Errorf("%q (prefix %v): %v", tc.name, tc.prefix, err)
+		case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+			t.Errorf("%q (prefix %v): %v, want an error containing %q", tc.name, tc.prefix, err, tc.want)
+		}
+	}
+
+	// Through Validate: the field is named.
+	cfg := NewDefaultConfiguration()
+	cfg.DetectLocalMode = LocalModeBridgeInterface
+	cfg.DetectLocal.BridgeInterface = "cbr0 -j ACCEPT"
+	if errs := Validate(cfg, testFeatureGate(t)); len(errs) == 0 || !strings.Contains(errs.ToAggregate().Error(), "detectLocal.bridgeInterface") {
+		t.Errorf("bridgeInterface with blanks: %v", errs.ToAggregate())
+	}
+	cfg = NewDefaultConfiguration()
+	cfg.DetectLocalMode = LocalModeInterfaceNamePrefix
+	cfg.DetectLocal.InterfaceNamePrefix = "veth/"
+	if errs := Validate(cfg, testFeatureGate(t)); len(errs) == 0 || !strings.Contains(errs.ToAggregate().Error(), "detectLocal.interfaceNamePrefix") {
+		t.Errorf("interfaceNamePrefix with '/': %v", errs.ToAggregate())
+	}
+}

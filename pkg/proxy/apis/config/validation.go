@@ -220,19 +220,60 @@ func validateDetectLocal(cfg *v1alpha1.KubeProxyConfiguration, path *field.Path)
 	case "", LocalModeClusterCIDR, LocalModeNodeCIDR:
 		return nil
 	case LocalModeBridgeInterface:
+		p := field.NewPath("detectLocal", "bridgeInterface")
 		if cfg.DetectLocal.BridgeInterface == "" {
-			return field.ErrorList{field.Required(field.NewPath("detectLocal", "bridgeInterface"), "required when detectLocalMode is BridgeInterface")}
+			return field.ErrorList{field.Required(p, "required when detectLocalMode is BridgeInterface")}
+		}
+		if err := ValidateInterfaceName(cfg.DetectLocal.BridgeInterface, false); err != nil {
+			return field.ErrorList{field.Invalid(p, cfg.DetectLocal.BridgeInterface, err.Error())}
 		}
 		return nil
 	case LocalModeInterfaceNamePrefix:
+		p := field.NewPath("detectLocal", "interfaceNamePrefix")
 		if cfg.DetectLocal.InterfaceNamePrefix == "" {
-			return field.ErrorList{field.Required(field.NewPath("detectLocal", "interfaceNamePrefix"), "required when detectLocalMode is InterfaceNamePrefix")}
+			return field.ErrorList{field.Required(p, "required when detectLocalMode is InterfaceNamePrefix")}
+		}
+		if err := ValidateInterfaceName(cfg.DetectLocal.InterfaceNamePrefix, true); err != nil {
+			return field.ErrorList{field.Invalid(p, cfg.DetectLocal.InterfaceNamePrefix, err.Error())}
 		}
 		return nil
 	default:
 		return field.ErrorList{field.NotSupported(path, string(cfg.DetectLocalMode), []string{
 			string(LocalModeClusterCIDR), string(LocalModeNodeCIDR), string(LocalModeBridgeInterface), string(LocalModeInterfaceNamePrefix)})}
 	}
+}
+
+// maxInterfaceNameLen is IFNAMSIZ - 1: the kernel's limit on a link name and
+// iptables' on the argument of -i.
+const maxInterfaceNameLen = 15
+
+// ValidateInterfaceName checks a detectLocal interface name (or, with prefix, the
+// name prefix that iptables matches as "PREFIX+") before it goes into iptables
+// rules: what the kernel accepts as a link name (1-15 bytes, not "." or "..", no
+// '/', ':' or whitespace), restricted to printable ASCII without quotes,
+// backslash or '!' so that the iptables-restore text stays one plain word. A
+// bridge name may not end in '+', which iptables would read as a prefix match.
+func ValidateInterfaceName(name string, prefix bool) error {
+	maxLen := maxInterfaceNameLen
+	if prefix {
+		maxLen-- // iptables matches PREFIX+, itself at most 15 bytes
+	}
+	switch {
+	case name == "":
+		return fmt.Errorf("must not be empty")
+	case len(name) > maxLen:
+		return fmt.Errorf("must be at most %d characters (Linux interface names are at most 15)", maxLen)
+	case name == "." || name == "..":
+		return fmt.Errorf("is not a valid Linux interface name")
+	case !prefix && strings.HasSuffix(name, "+"):
+		return fmt.Errorf("must not end in '+', which iptables reads as a prefix match (use detectLocalMode InterfaceNamePrefix)")
+	}
+	for _, r := range name {
+		if r <= ' ' || r > '~' || strings.ContainsRune(`/:"'\!`, r) {
+			return fmt.Errorf("contains %q: a Linux interface name here is printable ASCII without whitespace, '/', ':', quotes, '\\' or '!'", r)
+		}
+	}
+	return nil
 }
 
 func validateNodePortAddresses(values []string, path *field.Path) field.ErrorList {
