@@ -142,7 +142,11 @@ create T-PORTS bitmap:port range 0-65535
 `,
 	},
 	{
-		name: "create with another family is accepted by -exist and changes nothing",
+		// Before 6.3 the kernel compared hash:ip's netmask (32 against 128) and
+		// refused this create as a clash; since the bitmask change it compares
+		// bitmasks, which are equal.
+		name:  "create with another family is accepted by -exist and changes nothing",
+		since: "6.3",
 		steps: []step{
 			ok(func(tx *Transaction) { tx.Create(setIP) }),
 			ok(func(tx *Transaction) { tx.Create(&Set{Name: "T-IP", Type: HashIP, Family: FamilyInet6}) }),

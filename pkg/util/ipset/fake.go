@@ -23,7 +23,9 @@ import (
 //     real one: callers must treat any error as "state unknown".
 //   - create of an existing set succeeds when type and maxelem (hash) or range
 //     (bitmap) match; family and hashsize are NOT compared by the kernel, so an
-//     inet6 create over an inet set of the same type succeeds and changes nothing.
+//     inet6 create over an inet set of the same type succeeds and changes nothing
+//     (since Linux 6.3: 6.1 refuses it for hash:ip, whose default netmask differs
+//     between the families).
 //   - destroy of a missing set is a no-op; destroy of a referenced set fails with
 //     ErrSetInUse (tell the Fake about references with SetReferences).
 //   - swap needs both sets and the same type and family (the kernel compares type
