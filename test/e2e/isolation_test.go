@@ -38,6 +38,9 @@ func TestHostileObjectsIsolated(t *testing.T) {
 			t.Fatalf("/healthz is not 200: %q", out)
 		}
 	}
+	// The daemon may still be in its first sync when the suite starts with this
+	// scenario: wait for the node to be healthy once, then it must stay so.
+	waitGuest(t, ctx, "/healthz 200", "timeout 5 wget -q -O /dev/null http://127.0.0.1:10256/healthz")
 	healthz()
 
 	// 1. Everyone may connect: 0.0.0.0/0.
