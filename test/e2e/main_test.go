@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -37,6 +38,10 @@ var (
 func logf(format string, args ...any) {
 	fmt.Printf("%s e2e: %s\n", time.Now().UTC().Format("15:04:05"), fmt.Sprintf(format, args...))
 }
+
+// extraVMFiles names more files for the VM (guest path -> host path); the
+// scale run (scale_test.go, tag e2escale) adds upstream kube-proxy with it.
+var extraVMFiles = func() (map[string]string, error) { return nil, nil }
 
 func TestMain(m *testing.M) {
 	os.Exit(run(m))
@@ -72,9 +77,26 @@ func run(m *testing.M) int {
 		fmt.Println("e2e: FAIL:", err)
 		return 1
 	}
+	files := map[string]string{"/kpi/bin/kube-proxy": bin}
+	extra, err := extraVMFiles()
+	if err != nil {
+		fmt.Println("e2e: FAIL:", err)
+		return 1
+	}
+	for dst, src := range extra {
+		files[dst] = src
+	}
+	mem := 0 // the framework's default
+	if v := os.Getenv("KPI_VM_MEM"); v != "" {
+		if mem, err = strconv.Atoi(v); err != nil || mem < 256 {
+			fmt.Printf("e2e: FAIL: KPI_VM_MEM=%q: want MiB (at least 256)\n", v)
+			return 1
+		}
+	}
 	vm, err = framework.BootVM(ctx, repoRoot, framework.VMOptions{
 		APIServerPort: cp.Port,
-		Files:         map[string]string{"/kpi/bin/kube-proxy": bin},
+		Files:         files,
+		MemoryMiB:     mem,
 	}, logf)
 	if err != nil {
 		fmt.Println("e2e: FAIL: VM:", err)

@@ -1,18 +1,25 @@
 //go:build e2e && e2escale
 
-// The scale run of issue 8 in the real-kernel VM (make bench, hack/bench.sh):
-// not part of `make e2e` (build tag e2escale). Run it alone:
+// The scale run of issues 8 and 15 in the real-kernel VM (make bench,
+// hack/bench.sh): not part of `make e2e` (build tag e2escale). Run it alone:
 //
-//	go test -tags e2e,e2escale -count=1 -v -timeout 60m -run TestScaleVM ./test/e2e/
+//	go test -tags e2e,e2escale -count=1 -v -timeout 120m -run TestScaleVM ./test/e2e/
 //
-// KPI_SCALE_SERVICES (default 1000, at most 4000) changes the Service count;
-// KPI_SCALE_SYNC_PERIOD (e.g. 60s) replaces the ipvs.syncPeriod of
-// framework.KubeProxyConfig (10s).
+// KPI_SCALE_PROXIES (default "ours") lists the kube-proxies to run, one after
+// the other, on the same objects in the same VM: "ours", "upstream" (upstream
+// kube-proxy v1.37.2 in ipvs mode, built by test/e2e/lib/build-tools.sh, or
+// KPI_UPSTREAM_KUBE_PROXY), or "ours,upstream", which ends with a side-by-side
+// table (SCALE-CMP lines) with the ratio upstream / ours of every figure.
+// KPI_SCALE_SERVICES (default 1000, at most 20000) changes the Service count,
+// KPI_SCALE_CHANGES (default 10) the number of one-endpoint changes, and
+// KPI_SCALE_SYNC_PERIOD (e.g. 30s) replaces the ipvs.syncPeriod of
+// framework.KubeProxyConfig (10s). KPI_VM_MEM (MiB) sizes the VM (main_test.go).
 package e2e
 
 import (
 	"context"
 	"fmt"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -20,11 +27,13 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 
 	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/test/e2e/framework"
 )
@@ -32,30 +41,81 @@ import (
 const (
 	scaleNS        = "e2e-scale-vm"
 	scaleEndpoints = 4
-	scaleChanges   = 10
 	scaleWorkers   = 8
-	// Start-up: kube-proxy start until every Service is in IPVS.
-	scaleProgramTimeout = 10 * time.Minute
-	scaleStartPoll      = 200 * time.Millisecond // between two in-VM reads of every Service's real servers
+	// Start-up: kube-proxy start until every Service is in IPVS, the ipsets and
+	// iptables. Upstream took 133 s for KUBE-CLUSTER-IP at 1k under TCG.
+	scaleProgramTimeout = 15 * time.Minute
+	scaleStartPoll      = 200 * time.Millisecond // between two in-VM reads of the virtual servers
+	scaleSlowPoll       = time.Second            // between two in-VM ipset / iptables-save reads
 	// One-endpoint changes: API write until the new real server is in IPVS.
-	// Under TCG a full resync of 1,000 Services took 11-25 s (host load 3-5),
-	// longer than syncPeriod 10s, and a change arriving during one waits for it
-	// and may get a full sync of its own: up to ~50 s, hence 120 s.
+	// Under TCG a change arriving during a full resync waits for it (upstream:
+	// every sync is one, 8-20 s at 1k), hence 120 s.
 	scaleChangeTimeout = 120 * time.Second
 	scaleChangePoll    = 5 * time.Millisecond // between two in-VM reads of one virtual server
 	// Endpoint k of the run (Service i, endpoint j: k = 4i+j) is
-	// 10.244.(64+k/250).(1+k%250): 10.244.64.1 up to 10.244.127.250, a range
-	// no other scenario uses.
+	// 10.244.(64+k/250).(1+k%250): 10.244.64.1 up to 10.244.143.250 at 20k,
+	// a range no other scenario uses; changes use 10.244.200-201.x.
 	scaleWaiter = "/kpi/bin/e2e-ipvswait"
+	// The guest path of upstream kube-proxy (added to the VM by scaleVMFiles).
+	scaleUpstreamBin = "/kpi/bin/kube-proxy-upstream"
 )
+
+func init() { extraVMFiles = scaleVMFiles }
+
+// scaleProxyNames parses KPI_SCALE_PROXIES.
+func scaleProxyNames() ([]string, error) {
+	v := os.Getenv("KPI_SCALE_PROXIES")
+	if v == "" {
+		return []string{"ours"}, nil
+	}
+	var out []string
+	for _, n := range strings.Split(v, ",") {
+		if n != "ours" && n != "upstream" {
+			return nil, fmt.Errorf("KPI_SCALE_PROXIES=%q: want ours, upstream or ours,upstream", v)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+// scaleVMFiles puts upstream kube-proxy into the VM when the run needs it.
+func scaleVMFiles() (map[string]string, error) {
+	names, err := scaleProxyNames()
+	if err != nil {
+		return nil, err
+	}
+	want := false
+	for _, n := range names {
+		want = want || n == "upstream"
+	}
+	if !want {
+		return nil, nil
+	}
+	bin := os.Getenv("KPI_UPSTREAM_KUBE_PROXY")
+	if bin == "" {
+		root, err := framework.RepoRoot()
+		if err != nil {
+			return nil, err
+		}
+		out, err := exec.Command(filepath.Join(root, "test/e2e/lib/build-tools.sh")).Output()
+		if err != nil {
+			return nil, fmt.Errorf("building upstream kube-proxy (test/e2e/lib/build-tools.sh): %w", err)
+		}
+		bin = filepath.Join(strings.TrimSpace(string(out)), "kube-proxy")
+	}
+	if _, err := os.Stat(bin); err != nil {
+		return nil, fmt.Errorf("upstream kube-proxy: %w", err)
+	}
+	return map[string]string{scaleUpstreamBin: bin}, nil
+}
 
 func scaleEndpointIP(i, j int) string {
 	k := i*scaleEndpoints + j
 	return fmt.Sprintf("10.244.%d.%d", 64+k/250, 1+k%250)
 }
 
-// scaleChangeIP is the address change n puts in place of an endpoint.
-func scaleChangeIP(n int) string { return fmt.Sprintf("10.244.200.%d", n+1) }
+// scaleChangeIP is the address change n of run r puts in place of an endpoint.
+func scaleChangeIP(r, n int) string { return fmt.Sprintf("10.244.%d.%d", 200+r, n+1) }
 
 func scaleResult(format string, args ...any) {
 	fmt.Printf("SCALE-VM: "+format+"\n", args...)
@@ -74,27 +134,139 @@ func scaleMedian(ds []time.Duration) time.Duration {
 	return (s[len(s)/2-1] + s[len(s)/2]) / 2
 }
 
-// scaleMetrics reads the daemon's sync histograms in the VM.
-func scaleMetrics(t *testing.T, ctx context.Context) string {
+// scalePercentile is the nearest-rank percentile p (0-100) of ds.
+func scalePercentile(ds []time.Duration, p float64) time.Duration {
+	s := append([]time.Duration(nil), ds...)
+	sort.Slice(s, func(a, b int) bool { return s[a] < s[b] })
+	k := int(math.Ceil(p/100*float64(len(s)))) - 1
+	return s[max(0, min(k, len(s)-1))]
+}
+
+func scaleMax(ds []time.Duration) time.Duration {
+	m := ds[0]
+	for _, d := range ds {
+		m = max(m, d)
+	}
+	return m
+}
+
+// scaleProxy is one kube-proxy binary run in the VM with the e2e config.
+type scaleProxy struct {
+	name string // "ours" or "upstream"
+	bin  string // guest path
+	log  string // guest path of its log
+	pid  int
+}
+
+func (p *scaleProxy) start(ctx context.Context, config string) error {
+	if err := vm.WriteFile(ctx, "/kpi/kube-proxy/kubeconfig", cp.ProxyKubeconfig(), 0o600); err != nil {
+		return err
+	}
+	if err := vm.WriteFile(ctx, "/kpi/kube-proxy/config.yaml", []byte(config), 0o644); err != nil {
+		return err
+	}
+	pid, err := vm.Start(ctx, p.log, p.bin, "--config=/kpi/kube-proxy/config.yaml", "--kubeconfig=/kpi/kube-proxy/kubeconfig", "--v=2")
+	if err != nil {
+		return fmt.Errorf("starting %s kube-proxy in the VM: %w", p.name, err)
+	}
+	p.pid = pid
+	return nil
+}
+
+func (p *scaleProxy) running(ctx context.Context) bool {
+	if p.pid == 0 {
+		return false
+	}
+	r, err := vm.Exec(ctx, "bash", "-c", fmt.Sprintf("test -d /proc/%d && ! grep -q '^State:.*Z' /proc/%d/status", p.pid, p.pid))
+	return err == nil && r.ExitCode == 0
+}
+
+// stop sends SIGTERM, then SIGKILL after 30 s.
+func (p *scaleProxy) stop(ctx context.Context) error {
+	if p.pid == 0 {
+		return nil
+	}
+	defer func() { p.pid = 0 }()
+	if !p.running(ctx) {
+		return nil
+	}
+	if err := vm.Signal(ctx, p.pid, syscall.SIGTERM); err != nil {
+		return err
+	}
+	err := framework.Eventually(ctx, 30*time.Second, 500*time.Millisecond, func(ctx context.Context) error {
+		if p.running(ctx) {
+			return fmt.Errorf("%s kube-proxy (pid %d) still running", p.name, p.pid)
+		}
+		return nil
+	})
+	if err != nil {
+		_ = vm.Signal(ctx, p.pid, syscall.SIGKILL)
+	}
+	return err
+}
+
+func (p *scaleProxy) logTail(ctx context.Context, lines int) string {
+	out, _ := vm.Sh(ctx, fmt.Sprintf("tail -n %d %s 2>&1", lines, p.log))
+	return out
+}
+
+// memory returns VmRSS and VmHWM (peak) in MiB.
+func (p *scaleProxy) memory(ctx context.Context) (rss, hwm float64) {
+	out, _ := vm.Sh(ctx, fmt.Sprintf("cat /proc/%d/status", p.pid))
+	for _, line := range strings.Split(out, "\n") {
+		f := strings.Fields(line)
+		if len(f) < 2 {
+			continue
+		}
+		kb, _ := strconv.ParseFloat(f[1], 64)
+		switch f[0] {
+		case "VmRSS:":
+			rss = kb / 1024
+		case "VmHWM:":
+			hwm = kb / 1024
+		}
+	}
+	return rss, hwm
+}
+
+// scaleSyncs is what the daemon's sync histograms say.
+type scaleSyncs struct {
+	all, full, partial       float64 // counts
+	allSum, fullSum, partSum float64 // seconds
+	fullOK                   bool    // the full-sync histogram exists (ours; upstream has none: every sync is full)
+}
+
+func scaleReadSyncs(t *testing.T, ctx context.Context) (scaleSyncs, string) {
 	t.Helper()
 	page, err := vm.Sh(ctx, "timeout 20 wget -q -O - http://127.0.0.1:10249/metrics")
 	if err != nil {
 		t.Fatalf("reading kube-proxy's /metrics in the VM: %v", err)
 	}
+	var s scaleSyncs
 	var parts []string
-	for _, h := range []string{"sync_proxy_rules", "sync_full_proxy_rules", "sync_partial_proxy_rules"} {
-		n, sum, ok := framework.HistogramSummary(page, "kubeproxy_"+h+"_duration_seconds")
-		if !ok {
-			parts = append(parts, h+": absent")
-			continue
-		}
+	s.all, s.allSum, _ = framework.HistogramSummary(page, "kubeproxy_sync_proxy_rules_duration_seconds")
+	s.full, s.fullSum, s.fullOK = framework.HistogramSummary(page, "kubeproxy_sync_full_proxy_rules_duration_seconds")
+	s.partial, s.partSum, _ = framework.HistogramSummary(page, "kubeproxy_sync_partial_proxy_rules_duration_seconds")
+	for _, h := range []struct {
+		name   string
+		n, sum float64
+	}{{"sync_proxy_rules", s.all, s.allSum}, {"sync_full_proxy_rules", s.full, s.fullSum}, {"sync_partial_proxy_rules", s.partial, s.partSum}} {
 		mean := 0.0
-		if n > 0 {
-			mean = sum / n
+		if h.n > 0 {
+			mean = h.sum / h.n
 		}
-		parts = append(parts, fmt.Sprintf("%s %.0f syncs, total %.3f s, mean %.1f ms", h, n, sum, mean*1000))
+		parts = append(parts, fmt.Sprintf("%s %.0f syncs, total %.3f s, mean %.1f ms", h.name, h.n, h.sum, mean*1000))
 	}
-	return strings.Join(parts, "; ")
+	return s, strings.Join(parts, "; ")
+}
+
+// fullSyncs returns the count and total seconds of full syncs: upstream's
+// ipvs proxier has no full-sync histogram because every sync it makes is one.
+func (s scaleSyncs) fullSyncs() (float64, float64) {
+	if s.fullOK {
+		return s.full, s.fullSum
+	}
+	return s.all, s.allSum
 }
 
 // scaleWaitResult is what an in-VM e2e-ipvswait printed, with the host time
@@ -119,19 +291,31 @@ func scaleVMWait(ctx context.Context, marker string, args ...string) <-chan scal
 	return ch
 }
 
+// scaleWaitLines returns e2e-ipvswait's lines starting with word, split.
+func scaleWaitLines(out, word string) [][]string {
+	var res [][]string
+	for _, line := range strings.Split(out, "\n") {
+		if f := strings.Fields(line); len(f) >= 2 && f[0] == word {
+			res = append(res, f[1:])
+		}
+	}
+	return res
+}
+
 // scalePolls parses e2e-ipvswait's "polls N MS" line.
 func scalePolls(out string) (polls, elapsedMs int) {
-	for _, line := range strings.Split(out, "\n") {
-		if f := strings.Fields(line); len(f) == 3 && f[0] == "polls" {
-			polls, _ = strconv.Atoi(f[1])
-			elapsedMs, _ = strconv.Atoi(f[2])
+	for _, f := range scaleWaitLines(out, "polls") {
+		if len(f) == 2 {
+			polls, _ = strconv.Atoi(f[0])
+			elapsedMs, _ = strconv.Atoi(f[1])
 		}
 	}
 	return polls, elapsedMs
 }
 
-// scaleWaitMarker waits until an e2e-ipvswait has created its marker.
-func scaleWaitMarker(t *testing.T, ctx context.Context, marker string) {
+// scaleWaitMarker waits until an e2e-ipvswait has created its marker and
+// returns the host time it saw it.
+func scaleWaitMarker(t *testing.T, ctx context.Context, marker string) time.Time {
 	t.Helper()
 	err := framework.Eventually(ctx, 60*time.Second, 20*time.Millisecond, func(ctx context.Context) error {
 		r, err := vm.Exec(ctx, "test", "-e", marker)
@@ -146,21 +330,65 @@ func scaleWaitMarker(t *testing.T, ctx context.Context, marker string) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return time.Now()
 }
 
-// TestScaleVM: 1,000 Services x 4 endpoints written to the apiserver, then
-// our kube-proxy started in the VM: the time until the kernel's IPVS holds
-// all of them; then 10 single-endpoint changes, each timed from the API
-// write until IPVS holds the new real server.
+// scaleFigures are one kube-proxy's results.
+type scaleFigures struct {
+	name string
+	// start-up, from starting the process (host clock)
+	startAll  time.Duration            // IPVS, every watched set and iptables
+	startIPVS time.Duration            // every virtual server with its real servers
+	startSets map[string]time.Duration // each watched set complete
+	startIPT  time.Duration            // the KUBE-CLUSTER-IP match-set rule in nat
+	firstSync string                   // the daemon's view after start-up
+	// full resyncs while the changes ran (mean), and how many
+	fullMean  time.Duration
+	fullCount int
+	lat       []time.Duration // one-endpoint changes, API write to IPVS
+	rss, hwm  float64         // MiB at the end
+}
+
+// scaleWatchedSets are the ipsets whose completion the start-up waits for,
+// with the members nsvc Services x 4 local endpoints make at least.
+func scaleWatchedSets(nsvc int) []struct {
+	name string
+	want int
+} {
+	return []struct {
+		name string
+		want int
+	}{{"KUBE-CLUSTER-IP", nsvc}, {"KUBE-LOOP-BACK", nsvc * scaleEndpoints}}
+}
+
+const scaleIPTablesText = "--match-set KUBE-CLUSTER-IP dst,dst"
+
+// TestScaleVM: Services x 4 endpoints written to the apiserver, then each
+// kube-proxy of KPI_SCALE_PROXIES started in the VM in turn: the time until
+// IPVS, the ipsets and iptables hold all of them; then one-endpoint changes,
+// each timed from the API write until IPVS holds the new real server; the
+// full resyncs; the memory. With two kube-proxies, a side-by-side table.
 func TestScaleVM(t *testing.T) {
 	ctx := context.Background()
+	names, err := scaleProxyNames()
+	if err != nil {
+		t.Fatal(err)
+	}
 	nsvc := 1000
 	if v := os.Getenv("KPI_SCALE_SERVICES"); v != "" {
 		n, err := strconv.Atoi(v)
-		if err != nil || n < scaleChanges || n > 4000 {
-			t.Fatalf("KPI_SCALE_SERVICES=%q: want a number from %d to 4000", v, scaleChanges)
+		if err != nil || n < 10 || n > 20000 {
+			t.Fatalf("KPI_SCALE_SERVICES=%q: want a number from 10 to 20000", v)
 		}
 		nsvc = n
+	}
+	nchanges := 10
+	if v := os.Getenv("KPI_SCALE_CHANGES"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > 200 || n > nsvc {
+			t.Fatalf("KPI_SCALE_CHANGES=%q: want 1-200 (and at most the Services)", v)
+		}
+		nchanges = n
 	}
 	config := framework.KubeProxyConfig("")
 	syncPeriod := "10s"
@@ -240,46 +468,103 @@ func TestScaleVM(t *testing.T) {
 	}
 	created := time.Since(s)
 	logf("%d Services and %d EndpointSlices created in %s", nsvc, nsvc, scaleSecs(created))
+	scaleResult("machine: host %d cores (%s), load average %s at start", runtime.NumCPU(), scaleHostCPU(),
+		strings.Join(strings.Fields(string(load0))[:3], " "))
+	scaleResult("VM: accel %s (cpu %q), %s vCPUs, %s MiB, kernel %s", accel, cpuf[0], cpuf[1], cpuf[2], cpuf[3])
+	scaleResult("objects: %d ClusterIP Services (1 TCP port) x %d endpoints on this node, one EndpointSlice each, written in %s (%d client goroutines, QPS 500) before any kube-proxy started",
+		nsvc, scaleEndpoints, scaleSecs(created), scaleWorkers)
+	scaleResult("config: framework.KubeProxyConfig(\"\"): mode ipvs, scheduler rr, syncPeriod %s, minSyncPeriod 0s; the same file for every kube-proxy", syncPeriod)
+	scaleResult("resolution: a no-op agent exec round trip takes %s (median of %d); IPVS polled every %s at start-up and %s per change, ipsets and iptables every %s",
+		scaleMs(rtt), len(rtts), scaleStartPoll, scaleChangePoll, scaleSlowPoll)
 
-	// Start-up: the in-VM poller reads every Service's virtual server and
-	// counts those holding exactly their 4 real servers; it prints a line
-	// whenever the count changes.
+	var all []*scaleFigures
+	for r, name := range names {
+		p := &scaleProxy{name: name, bin: "/kpi/bin/kube-proxy", log: "/tmp/scale-kube-proxy-" + name + ".log"}
+		if name == "upstream" {
+			p.bin = scaleUpstreamBin
+		}
+		all = append(all, scaleRunProxy(t, ctx, bulk, p, r, svcs, nchanges, config, syncPeriod))
+	}
+	load1, _ := os.ReadFile("/proc/loadavg")
+	scaleResult("load average at the end %s", strings.Join(strings.Fields(string(load1))[:3], " "))
+	if len(all) == 2 {
+		scaleCompare(all[1], all[0], nsvc)
+	}
+}
+
+func scaleHostCPU() string {
+	host, _ := os.ReadFile("/proc/cpuinfo")
+	for _, line := range strings.Split(string(host), "\n") {
+		if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "model name" {
+			return strings.TrimSpace(v)
+		}
+	}
+	return "?"
+}
+
+// scaleRunProxy measures one kube-proxy on the objects as they are now; run
+// r (0, 1) picks the addresses its changes use. It leaves the node clean
+// (the proxy stopped, our --cleanup run, which also removes what upstream
+// programs).
+func scaleRunProxy(t *testing.T, ctx context.Context, client kubernetes.Interface, p *scaleProxy, r int, svcs []framework.BulkService, nchanges int, config, syncPeriod string) *scaleFigures {
+	t.Helper()
+	nsvc := len(svcs)
+	f := &scaleFigures{name: p.name, startSets: map[string]time.Duration{}}
+	say := func(format string, args ...any) { scaleResult("["+p.name+"] "+format, args...) }
+
+	// What IPVS must hold: every Service's current endpoints.
 	var want strings.Builder
-	for i, b := range svcs {
+	for _, b := range svcs {
 		want.WriteString("TCP/" + b.VIP())
-		for j := 0; j < scaleEndpoints; j++ {
-			want.WriteString(" " + scaleEndpointIP(i, j) + ":8080")
+		for _, ep := range b.Slice.Endpoints {
+			want.WriteString(" " + ep.Addresses[0] + ":8080")
 		}
 		want.WriteString("\n")
 	}
 	if err := vm.WriteFile(ctx, "/tmp/scale-want.txt", []byte(want.String()), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	startMarker := "/tmp/scale-start.started"
+	var setsArg []string
+	for _, s := range scaleWatchedSets(nsvc) {
+		setsArg = append(setsArg, fmt.Sprintf("%s=%d", s.name, s.want))
+	}
+	startMarker := fmt.Sprintf("/tmp/scale-start-%s.started", p.name)
 	wctx, cancel := context.WithTimeout(ctx, scaleProgramTimeout+30*time.Second)
 	defer cancel()
 	done := scaleVMWait(wctx, startMarker, "-all", "/tmp/scale-want.txt",
-		"-interval", scaleStartPoll.String(), "-timeout", scaleProgramTimeout.String())
-	scaleWaitMarker(t, ctx, startMarker)
+		"-interval", scaleStartPoll.String(), "-timeout", scaleProgramTimeout.String(),
+		"-sets", strings.Join(setsArg, ","), "-iptables", scaleIPTablesText, "-slow-interval", scaleSlowPoll.String())
+	markerSeen := scaleWaitMarker(t, ctx, startMarker)
 
-	t.Cleanup(func() {
+	cleaned := false
+	cleanup := func() {
+		if cleaned {
+			return
+		}
+		cleaned = true
 		ctx := context.Background()
 		if t.Failed() {
-			t.Logf("kube-proxy log tail:\n%s", node.KubeProxyLog(ctx, 40))
+			t.Logf("%s kube-proxy log tail:\n%s", p.name, p.logTail(ctx, 40))
 			out, _ := vm.Sh(ctx, "ipvsadm -Ln | awk '$1==\"TCP\"||$1==\"UDP\" {v++} $1==\"->\" {r++} END {print v, \"virtual servers,\", r-1, \"real servers\"}'")
 			t.Logf("IPVS in the VM: %s", out)
 		}
-		if err := node.StopKubeProxy(ctx); err != nil {
-			t.Errorf("stopping kube-proxy: %v", err)
+		if err := p.stop(ctx); err != nil {
+			t.Errorf("stopping %s kube-proxy: %v", p.name, err)
 		}
-		// Leave the node as the other scenarios expect it: nothing of ours.
+		// Leave the node as the next run and the other scenarios expect it:
+		// nothing (our --cleanup also removes upstream's ipvs-mode state).
+		s := time.Now()
 		r, err := vm.Exec(ctx, "/kpi/bin/kube-proxy", "--cleanup", "--config=/kpi/kube-proxy/config.yaml", "--v=0")
 		if err != nil || r.ExitCode != 0 {
 			t.Errorf("kube-proxy --cleanup: %v exit %d %s", err, r.ExitCode, r.Stderr)
 		}
-	})
+		logf("[%s] kube-proxy --cleanup took %s", p.name, scaleSecs(time.Since(s)))
+	}
+	t.Cleanup(cleanup)
+	defer cleanup()
+
 	t0 := time.Now()
-	if err := node.StartKubeProxy(ctx, cp, config); err != nil {
+	if err := p.start(ctx, config); err != nil {
 		t.Fatal(err)
 	}
 	var res scaleWaitResult
@@ -291,24 +576,40 @@ wait:
 		case res = <-done:
 			break wait
 		case <-alive.C:
-			if !node.KubeProxyRunning(ctx) {
+			if !p.running(ctx) {
 				cancel()
-				t.Fatalf("kube-proxy exited during the start-up; log tail:\n%s", node.KubeProxyLog(ctx, 40))
+				t.Fatalf("%s kube-proxy exited during the start-up; log tail:\n%s", p.name, p.logTail(ctx, 40))
 			}
 		}
 	}
-	startup := res.at.Sub(t0)
+	f.startAll = res.at.Sub(t0)
 	if res.err != nil {
-		t.Fatalf("not every Service programmed %s after kube-proxy started: %v\n%s", scaleProgramTimeout, res.err, res.out)
+		t.Fatalf("%s: not everything programmed %s after kube-proxy started: %v\n%s", p.name, scaleProgramTimeout, res.err, res.out)
+	}
+	// The poller's clock started a little before kube-proxy: its times minus
+	// that head start are times since kube-proxy started.
+	head := t0.Sub(markerSeen)
+	since := func(ms string) time.Duration {
+		n, _ := strconv.Atoi(ms)
+		return time.Duration(n)*time.Millisecond - head
 	}
 	var progress []string
-	for _, line := range strings.Split(strings.TrimSpace(res.out), "\n") {
-		if f := strings.Fields(line); len(f) == 3 && f[0] == "progress" {
-			progress = append(progress, fmt.Sprintf("%s s: %s", scaleMsToS(f[1]), f[2]))
+	for _, l := range scaleWaitLines(res.out, "progress") {
+		progress = append(progress, fmt.Sprintf("%s: %s", scaleSecs(since(l[0])), l[1]))
+	}
+	for _, l := range scaleWaitLines(res.out, "ipvs") {
+		f.startIPVS = since(l[0])
+	}
+	for _, l := range scaleWaitLines(res.out, "set") {
+		if len(l) >= 2 {
+			f.startSets[l[0]] = since(l[1])
 		}
 	}
-	polls, pollms := scalePolls(res.out)
-	afterStart := scaleMetrics(t, ctx)
+	for _, l := range scaleWaitLines(res.out, "iptables") {
+		f.startIPT = since(l[0])
+	}
+	afterStart, afterStartText := scaleReadSyncs(t, ctx)
+	f.firstSync = afterStartText
 
 	// Exactly what the API says, for every Service.
 	table, err := vm.Sh(ctx, "ipvsadm -Ln")
@@ -317,10 +618,10 @@ wait:
 	}
 	ipvs := framework.ParseIPVSTable(table)
 	var wrong []string
-	for i, b := range svcs {
+	for _, b := range svcs {
 		var want []string
-		for j := 0; j < scaleEndpoints; j++ {
-			want = append(want, scaleEndpointIP(i, j)+":8080 Masq 1")
+		for _, ep := range b.Slice.Endpoints {
+			want = append(want, ep.Addresses[0]+":8080 Masq 1")
 		}
 		sort.Strings(want)
 		if got := ipvs["TCP "+b.VIP()]; strings.Join(got, ",") != strings.Join(want, ",") {
@@ -328,18 +629,26 @@ wait:
 		}
 	}
 	if len(wrong) > 0 {
-		t.Fatalf("%d of %d Services wrong in IPVS, e.g.:\n%s", len(wrong), nsvc, strings.Join(wrong[:min(5, len(wrong))], "\n"))
+		t.Fatalf("%s: %d of %d Services wrong in IPVS, e.g.:\n%s", p.name, len(wrong), nsvc, strings.Join(wrong[:min(5, len(wrong))], "\n"))
 	}
+	var setTimes []string
+	for _, s := range scaleWatchedSets(nsvc) {
+		setTimes = append(setTimes, fmt.Sprintf("%s (>= %d members) %s", s.name, s.want, scaleSecs(f.startSets[s.name])))
+	}
+	say("start to all programmed: %s (host clock, kube-proxy start to the poller's answer); IPVS all %d virtual servers x %d real servers %s; %s; iptables (nat %q) %s",
+		scaleSecs(f.startAll), nsvc, scaleEndpoints, scaleSecs(f.startIPVS), strings.Join(setTimes, "; "), scaleIPTablesText, scaleSecs(f.startIPT))
+	say("  IPVS progression (since kube-proxy start: Services complete): %s", strings.Join(progress, "; "))
+	say("  daemon's view after start-up: %s", afterStartText)
 
 	// Single-endpoint changes, spread over the Services.
-	var lat, writes []time.Duration
+	var writes []time.Duration
 	var detail []string
 	iters, loopms := 0, 0
-	for n := 0; n < scaleChanges; n++ {
-		i := n*(nsvc/scaleChanges) + nsvc/(2*scaleChanges)
+	for n := 0; n < nchanges; n++ {
+		i := n*(nsvc/nchanges) + nsvc/(2*nchanges)
 		b := &svcs[i]
-		newIP := scaleChangeIP(n)
-		marker := fmt.Sprintf("/tmp/scale-change-%d.started", n)
+		newIP := scaleChangeIP(r, n)
+		marker := fmt.Sprintf("/tmp/scale-change-%s-%d.started", p.name, n)
 		cctx, ccancel := context.WithTimeout(ctx, scaleChangeTimeout+10*time.Second)
 		done := scaleVMWait(cctx, marker, "-vs", "TCP/"+b.VIP(), "-rs", newIP+":8080",
 			"-interval", scaleChangePoll.String(), "-timeout", scaleChangeTimeout.String())
@@ -353,7 +662,7 @@ wait:
 			TargetRef:  slice.Endpoints[0].TargetRef,
 		}
 		t0 := time.Now()
-		updated, err := bulk.DiscoveryV1().EndpointSlices(scaleNS).Update(ctx, slice, metav1.UpdateOptions{})
+		updated, err := client.DiscoveryV1().EndpointSlices(scaleNS).Update(ctx, slice, metav1.UpdateOptions{})
 		tw := time.Since(t0)
 		if err != nil {
 			ccancel()
@@ -363,72 +672,89 @@ wait:
 		res := <-done
 		ccancel()
 		if res.err != nil {
-			t.Fatalf("change %d (%s %s: %s -> %s) not in IPVS %s after the API write: %v", n, b.Service.Name, b.VIP(), old, newIP, scaleChangeTimeout, res.err)
+			t.Fatalf("%s: change %d (%s %s: %s -> %s) not in IPVS %s after the API write: %v", p.name, n, b.Service.Name, b.VIP(), old, newIP, scaleChangeTimeout, res.err)
 		}
 		d := res.at.Sub(t0)
-		lat = append(lat, d)
+		f.lat = append(f.lat, d)
 		writes = append(writes, tw)
 		a, m := scalePolls(res.out)
 		iters += a
 		loopms += m
 		detail = append(detail, fmt.Sprintf("%s (%s -> %s) %s", b.Service.Name, old, newIP, scaleMs(d)))
 	}
-	afterChanges := scaleMetrics(t, ctx)
-	if !node.KubeProxyRunning(ctx) {
-		t.Fatalf("kube-proxy died during the run; log tail:\n%s", node.KubeProxyLog(ctx, 40))
+	// At least one periodic full resync after the start-up one, to time it.
+	period, _ := time.ParseDuration(syncPeriod)
+	var afterChanges scaleSyncs
+	var afterChangesText string
+	err = framework.Eventually(ctx, period+3*time.Minute, 2*time.Second, func(ctx context.Context) error {
+		afterChanges, afterChangesText = scaleReadSyncs(t, ctx)
+		n1, _ := afterStart.fullSyncs()
+		if n2, _ := afterChanges.fullSyncs(); n2 <= n1 {
+			return fmt.Errorf("no full resync since the start-up yet (%s)", afterChangesText)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("%s: %v", p.name, err)
 	}
-	load1, _ := os.ReadFile("/proc/loadavg")
-
-	sorted := append([]time.Duration(nil), lat...)
-	sort.Slice(sorted, func(a, b int) bool { return sorted[a] < sorted[b] })
+	n1, s1 := afterStart.fullSyncs()
+	n2, s2 := afterChanges.fullSyncs()
+	f.fullCount = int(n2 - n1)
+	f.fullMean = time.Duration((s2 - s1) / (n2 - n1) * float64(time.Second))
+	if !p.running(ctx) {
+		t.Fatalf("%s kube-proxy died during the run; log tail:\n%s", p.name, p.logTail(ctx, 40))
+	}
+	f.rss, f.hwm = p.memory(ctx)
 	iterMs := 0.0
 	if iters > 0 {
 		iterMs = float64(loopms) / float64(iters)
 	}
-	pollAvg := 0.0
-	if polls > 0 {
-		pollAvg = float64(pollms) / float64(polls)
-	}
-	host, _ := os.ReadFile("/proc/cpuinfo")
-	hostCPU := "?"
-	for _, line := range strings.Split(string(host), "\n") {
-		if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "model name" {
-			hostCPU = strings.TrimSpace(v)
-			break
+	say("one-endpoint change, API write to IPVS (%d changes, host clock): p50 %s, p99 %s, max %s (min %s); the API write alone: median %s, max %s; in-VM poll cycle %.1f ms",
+		len(f.lat), scaleMs(scalePercentile(f.lat, 50)), scaleMs(scalePercentile(f.lat, 99)), scaleMs(scaleMax(f.lat)), scaleMs(scalePercentile(f.lat, 0)),
+		scaleMs(scaleMedian(writes)), scaleMs(scaleMax(writes)), iterMs)
+	say("  each: %s", strings.Join(detail, ", "))
+	say("full resyncs after the start-up (daemon's histograms%s): %d, mean %s", map[bool]string{true: "", false: "; every upstream sync is a full one"}[afterChanges.fullOK], f.fullCount, scaleMs(f.fullMean))
+	say("  daemon's view at the end: %s", afterChangesText)
+	say("memory at the end: RSS %.0f MiB, peak RSS %.0f MiB", f.rss, f.hwm)
+	return f
+}
+
+// scaleCompare prints the side-by-side table: upstream, ours, upstream/ours.
+func scaleCompare(up, ours *scaleFigures, nsvc int) {
+	row := func(figure string, u, o time.Duration) {
+		ratio := "-"
+		if o > 0 && u > 0 {
+			ratio = fmt.Sprintf("%.1fx", float64(u)/float64(o))
 		}
+		fmt.Printf("SCALE-CMP: | %s | %s | %s | %s |\n", figure, scaleSecsOrMs(u), scaleSecsOrMs(o), ratio)
 	}
 	fmt.Println()
-	scaleResult("machine: host %d cores (%s), load average %s at start, %s at end", runtime.NumCPU(), hostCPU,
-		strings.Join(strings.Fields(string(load0))[:3], " "), strings.Join(strings.Fields(string(load1))[:3], " "))
-	scaleResult("VM: accel %s (cpu %q), %s vCPUs, %s MiB, kernel %s", accel, cpuf[0], cpuf[1], cpuf[2], cpuf[3])
-	scaleResult("objects: %d ClusterIP Services (1 TCP port) x %d endpoints, one EndpointSlice each, written in %s (%d client goroutines, QPS 500) before kube-proxy started",
-		nsvc, scaleEndpoints, scaleSecs(created), scaleWorkers)
-	scaleResult("start to all programmed: %s from starting kube-proxy in the VM until IPVS held all %d virtual servers x %d real servers (in-VM netlink poll of every Service every %s; a poll cycle took %.0f ms on average, %d polls)",
-		scaleSecs(startup), nsvc, scaleEndpoints, scaleStartPoll, pollAvg, polls)
-	scaleResult("  progression (in-VM time since the poller started, a few agent round trips before kube-proxy: Services complete in IPVS): %s", strings.Join(progress, "; "))
-	scaleResult("  daemon's view after start-up: %s", afterStart)
-	scaleResult("one-endpoint change, API write to IPVS (%d changes, host clock): min %s, median %s, max %s", len(lat), scaleMs(sorted[0]), scaleMs(scaleMedian(lat)), scaleMs(sorted[len(sorted)-1]))
-	scaleResult("  the API write alone (EndpointSlice Update round trip): median %s, max %s", scaleMs(scaleMedian(writes)), scaleMs(scaleMax(writes)))
-	scaleResult("  resolution: in-VM netlink poll of the virtual server every %s (a poll cycle took %.1f ms on average); a no-op agent exec round trip takes %s (median of %d)",
-		scaleChangePoll, iterMs, scaleMs(rtt), len(rtts))
-	scaleResult("  each: %s", strings.Join(detail, ", "))
-	scaleResult("  daemon's view after the changes: %s", afterChanges)
-	scaleResult("config: framework.KubeProxyConfig(\"\"): mode ipvs, scheduler rr, syncPeriod %s, minSyncPeriod 0s", syncPeriod)
+	fmt.Printf("SCALE-CMP: %d Services x %d endpoints, same VM, same objects, same config; ratio = upstream / ours\n", nsvc, scaleEndpoints)
+	fmt.Println("SCALE-CMP: | figure | upstream v1.37.2 | ours | ratio |")
+	fmt.Println("SCALE-CMP: | --- | --- | --- | --- |")
+	row("start to all programmed (IPVS, ipsets, iptables)", up.startAll, ours.startAll)
+	row("start to IPVS complete", up.startIPVS, ours.startIPVS)
+	for _, s := range scaleWatchedSets(nsvc) {
+		row("start to "+s.name+" complete", up.startSets[s.name], ours.startSets[s.name])
+	}
+	row("start to the iptables rules", up.startIPT, ours.startIPT)
+	row(fmt.Sprintf("full resync (mean of %d / %d)", up.fullCount, ours.fullCount), up.fullMean, ours.fullMean)
+	row(fmt.Sprintf("one-endpoint change p50 (%d changes)", len(ours.lat)), scalePercentile(up.lat, 50), scalePercentile(ours.lat, 50))
+	row("one-endpoint change p99", scalePercentile(up.lat, 99), scalePercentile(ours.lat, 99))
+	row("one-endpoint change max", scaleMax(up.lat), scaleMax(ours.lat))
+	mem := func(figure string, u, o float64) {
+		fmt.Printf("SCALE-CMP: | %s | %.0f MiB | %.0f MiB | %.1fx |\n", figure, u, o, u/o)
+	}
+	mem("RSS at the end", up.rss, ours.rss)
+	mem("peak RSS", up.hwm, ours.hwm)
 }
 
-func scaleMax(ds []time.Duration) time.Duration {
-	m := ds[0]
-	for _, d := range ds {
-		m = max(m, d)
+func scaleSecsOrMs(d time.Duration) string {
+	if d <= 0 {
+		return "-"
 	}
-	return m
-}
-
-// msToS turns "12340" (ms) into "12.3".
-func scaleMsToS(v string) string {
-	n, err := strconv.Atoi(v)
-	if err != nil {
-		return v
+	if d < 10*time.Second {
+		return scaleMs(d)
 	}
-	return strconv.FormatFloat(float64(n)/1000, 'f', 1, 64)
+	return scaleSecs(d)
 }

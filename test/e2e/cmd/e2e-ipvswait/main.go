@@ -5,9 +5,14 @@
 //
 //	e2e-ipvswait -ready F -vs TCP/10.96.1.2:80 -rs 10.244.200.1:8080
 //	    until that real server (weight > 0) is on that virtual server
-//	e2e-ipvswait -ready F -all FILE
+//	e2e-ipvswait -ready F -all FILE [-sets NAME=N,...] [-iptables TEXT]
 //	    until every line "TCP/VIP:PORT RS RS..." of FILE holds exactly those real
-//	    servers (weight > 0); prints "progress MS COMPLETE" whenever the count changes.
+//	    servers (weight > 0); prints "progress MS COMPLETE" whenever the count
+//	    changes and "ipvs MS" when all are. With -sets, also until each ipset
+//	    holds at least N members ("set NAME MS" when it does); with -iptables,
+//	    until `iptables-save -t nat` contains TEXT ("iptables MS"). Those two are
+//	    read by running ipset / iptables-save every -slow-interval (a process
+//	    costs ~80 ms under TCG).
 //	    To stay cheap next to the daemon it measures, a poll is one dump of the
 //	    virtual servers plus one read per present, not yet complete, one; a
 //	    virtual server once complete is not read again.
@@ -22,6 +27,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"os/exec"
 	"sort"
 	"strconv"
 	"strings"
@@ -37,8 +43,16 @@ func main() {
 	all := flag.String("all", "", "file of lines 'PROTO/IP:PORT RS...' to wait for")
 	interval := flag.Duration("interval", 10*time.Millisecond, "time between polls")
 	timeout := flag.Duration("timeout", time.Minute, "give up after")
+	setsFlag := flag.String("sets", "", "NAME=N,... ipsets to wait for (at least N members)")
+	iptablesText := flag.String("iptables", "", "text to wait for in iptables-save -t nat")
+	slowInterval := flag.Duration("slow-interval", time.Second, "time between ipset / iptables reads")
 	flag.Parse()
-	if err := run(*ready, *vsKey, *rsKey, *all, *interval, *timeout); err != nil {
+	slow, err := newSlowWaits(*setsFlag, *iptablesText, *slowInterval)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "e2e-ipvswait:", err)
+		os.Exit(1)
+	}
+	if err := run(*ready, *vsKey, *rsKey, *all, *interval, *timeout, slow); err != nil {
 		fmt.Fprintln(os.Stderr, "e2e-ipvswait:", err)
 		os.Exit(1)
 	}
@@ -82,7 +96,7 @@ func realServers(ctx context.Context, c ipvs.Interface, vs *ipvs.VirtualServer) 
 	return strings.Join(keys, ",")
 }
 
-func run(ready, vsKey, rsKey, all string, interval, timeout time.Duration) error {
+func run(ready, vsKey, rsKey, all string, interval, timeout time.Duration, slow *slowWaits) error {
 	var wants []want
 	single := all == ""
 	if single {
@@ -155,14 +169,114 @@ func run(ready, vsKey, rsKey, all string, interval, timeout time.Duration) error
 		if !single && complete != last {
 			fmt.Printf("progress %d %d\n", elapsed, complete)
 			last = complete
+			if complete == len(wants) {
+				fmt.Printf("ipvs %d\n", elapsed)
+			}
 		}
-		if complete == len(wants) {
+		slowDone := slow.poll(start)
+		if complete == len(wants) && slowDone {
 			fmt.Printf("polls %d %d\n", polls, elapsed)
 			return nil
 		}
 		if time.Since(start) > timeout {
-			return fmt.Errorf("timeout after %s and %d polls: %d of %d as wanted", timeout, polls, complete, len(wants))
+			return fmt.Errorf("timeout after %s and %d polls: %d of %d virtual servers as wanted; %s", timeout, polls, complete, len(wants), slow.pending())
 		}
 		time.Sleep(interval)
 	}
+}
+
+// slowWaits are the ipset and iptables conditions, read by running the tools.
+type slowWaits struct {
+	sets     []setWait
+	iptables string
+	iptDone  bool
+	interval time.Duration
+	last     time.Time
+}
+
+type setWait struct {
+	name string
+	want int
+	done bool
+}
+
+func newSlowWaits(setsFlag, iptables string, interval time.Duration) (*slowWaits, error) {
+	w := &slowWaits{iptables: iptables, iptDone: iptables == "", interval: interval}
+	for _, kv := range strings.Split(setsFlag, ",") {
+		if kv == "" {
+			continue
+		}
+		name, n, ok := strings.Cut(kv, "=")
+		want, err := strconv.Atoi(n)
+		if !ok || err != nil {
+			return nil, fmt.Errorf("-sets %q: want NAME=N,...", setsFlag)
+		}
+		w.sets = append(w.sets, setWait{name: name, want: want})
+	}
+	return w, nil
+}
+
+// poll reads what is not complete yet, at most every interval; it reports
+// whether everything is.
+func (w *slowWaits) poll(start time.Time) bool {
+	done := w.iptDone
+	for _, s := range w.sets {
+		done = done && s.done
+	}
+	if done || time.Since(w.last) < w.interval {
+		return done
+	}
+	w.last = time.Now()
+	done = true
+	for i := range w.sets {
+		s := &w.sets[i]
+		if !s.done {
+			if n := setMembers(s.name); n >= s.want {
+				s.done = true
+				fmt.Printf("set %s %d %d\n", s.name, time.Since(start).Milliseconds(), n)
+			}
+		}
+		done = done && s.done
+	}
+	if !w.iptDone {
+		out, err := exec.Command("iptables-save", "-t", "nat").Output()
+		if err == nil && strings.Contains(string(out), w.iptables) {
+			w.iptDone = true
+			fmt.Printf("iptables %d\n", time.Since(start).Milliseconds())
+		}
+	}
+	return done && w.iptDone
+}
+
+func (w *slowWaits) pending() string {
+	var out []string
+	for _, s := range w.sets {
+		if !s.done {
+			out = append(out, fmt.Sprintf("ipset %s below %d members", s.name, s.want))
+		}
+	}
+	if !w.iptDone {
+		out = append(out, fmt.Sprintf("iptables-save -t nat without %q", w.iptables))
+	}
+	if len(out) == 0 {
+		return "ipsets and iptables complete"
+	}
+	return strings.Join(out, ", ")
+}
+
+// setMembers is the "Number of entries" of `ipset list -t NAME`, -1 when unknown.
+func setMembers(name string) int {
+	out, err := exec.Command("ipset", "list", "-t", name).Output()
+	if err != nil {
+		return -1
+	}
+	for _, line := range strings.Split(string(out), "\n") {
+		if v, ok := strings.CutPrefix(line, "Number of entries: "); ok {
+			n, err := strconv.Atoi(strings.TrimSpace(v))
+			if err == nil {
+				return n
+			}
+		}
+	}
+	return -1
 }
