@@ -5,12 +5,17 @@
 # Writes the raw `go test -bench` output and a markdown table to _output/bench/ and
 # the plot to docs/sync-scaling.png. About 6-8 minutes on 2 cores.
 # Then the scale run in the real-kernel VM (test/e2e/scale_test.go, as root):
-# 1,000 Services x 4 endpoints from daemon start to all programmed, and 10
-# single-endpoint changes from API write to IPVS; results in _output/bench/vm.txt.
-# A few minutes more when the e2e caches are warm (~15 min cold: kube-apiserver).
+# 1,000 Services x 4 endpoints, upstream kube-proxy v1.37.2 (ipvs mode) and ours
+# one after the other on the same objects: start to all programmed (IPVS, each
+# ipset, iptables), periodic full resync, 20 single-endpoint changes from API
+# write to IPVS, RSS, printed side by side with ratios; then the IPVS bulk-read
+# benchmark; results in _output/bench/vm.txt. 20-40 min under TCG when the e2e
+# caches are warm (~30 min more cold: kube-apiserver and upstream kube-proxy).
 #   BENCH_SIZES=1000,10000   fewer Service counts (default 1000,10000,50000)
 #   CHURN_SECONDS=10         churn duration per run (default 15)
-#   BENCH_VM=0               leave the VM run out (it needs root, qemu, ~1 GiB)
+#   BENCH_VM=0               leave the VM run out (it needs root, qemu, ~2 GiB)
+#   BENCH_VM_SERVICES=N      Services of the VM comparison (default 1000)
+#   BENCH_VM_10K=1           also compare at 10,000 Services (VM of 4 GiB)
 #   BENCH_FAKE=0             leave the fake-kernel benchmarks out (only the VM run)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -39,7 +44,7 @@ fi
 
 # The real kernel: our kube-proxy in the e2e VM against a real kube-apiserver.
 if [[ ${BENCH_VM:-1} == 0 ]]; then
-  echo "!!! BENCH_VM=0: the in-VM scale run (real kernel, 1,000 Services) was LEFT OUT;" >&2
+  echo "!!! BENCH_VM=0: the in-VM scale runs (real kernel, upstream vs ours) were LEFT OUT;" >&2
   echo "!!! $out/vm.txt is not written (a stale one is removed)" >&2
   rm -f "$out/vm.txt"
   exit 0
@@ -48,21 +53,41 @@ if [[ $(id -u) -ne 0 ]]; then
   echo "!!! the in-VM scale run needs root (qemu, the e2e testbed): run as root or set BENCH_VM=0" >&2
   exit 1
 fi
-# Twice: with the e2e config (syncPeriod 10s) and with syncPeriod 60s, which
-# keeps periodic full resyncs out of the one-endpoint changes.
-vmcmd="go test -tags e2e,e2escale -count=1 -v -timeout 60m -run '^TestScaleVM\$' ./test/e2e/"
-echo ">>> VM scale run: test/e2e/lib/prepare.sh && $vmcmd (then with KPI_SCALE_SYNC_PERIOD=60s) -> $out/vm.txt" >&2
+# Side by side (issue 15): upstream kube-proxy v1.37.2 in ipvs mode and ours on the
+# same objects in the same VM, syncPeriod 30s (upstream's default), 20 changes.
+# BENCH_VM_SERVICES (default 1000) sets the size; BENCH_VM_10K=1 adds a run at
+# 10,000 Services (KPI_VM_MEM 4096; ~1 h under TCG).
+vmrun() { # log services mem
+  echo ">>> VM comparison at $2 Services -> $out/$1" >&2
+  KPI_VM_MEM=$3 KPI_SCALE_SERVICES=$2 KPI_SCALE_PROXIES=ours,upstream KPI_SCALE_CHANGES=20 KPI_SCALE_SYNC_PERIOD=30s \
+    CGO_ENABLED=0 $GO test -tags e2e,e2escale -count=1 -v -timeout 180m -run '^TestScaleVM$' ./test/e2e/ 2>&1 | tee "$out/$1"
+}
+vmcmd="KPI_VM_MEM=2048 KPI_SCALE_SERVICES=N KPI_SCALE_PROXIES=ours,upstream KPI_SCALE_CHANGES=20 KPI_SCALE_SYNC_PERIOD=30s go test -tags e2e,e2escale -count=1 -v -timeout 180m -run '^TestScaleVM\$' ./test/e2e/"
+echo ">>> VM scale runs: test/e2e/lib/prepare.sh && $vmcmd -> $out/vm.txt" >&2
 accel=$(test/e2e/lib/prepare.sh)
-rm -f "$out/vm.txt" "$out/vm.log" "$out/vm-60s.log"
-CGO_ENABLED=0 $GO test -tags e2e,e2escale -count=1 -v -timeout 60m -run '^TestScaleVM$' ./test/e2e/ 2>&1 | tee "$out/vm.log"
-KPI_SCALE_SYNC_PERIOD=60s CGO_ENABLED=0 $GO test -tags e2e,e2escale -count=1 -v -timeout 60m -run '^TestScaleVM$' ./test/e2e/ 2>&1 | tee "$out/vm-60s.log"
+test/e2e/lib/build-tools.sh >/dev/null # upstream kube-proxy
+rm -f "$out/vm.txt" "$out"/vm-*.log
+n=${BENCH_VM_SERVICES:-1000}
+vmrun "vm-$n.log" "$n" "${KPI_VM_MEM:-2048}"
+logs=("$out/vm-$n.log")
+if [[ ${BENCH_VM_10K:-0} == 1 ]]; then
+  vmrun vm-10000.log 10000 "${KPI_VM_MEM_10K:-4096}"
+  logs+=("$out/vm-10000.log")
+fi
+# The kernel layer: IPVS read in bulk (GetAll) against one destination dump per
+# virtual server, 10,000 x 4, in the VM.
+echo ">>> VM kernel benchmark: BenchmarkVMGetAll -> $out/vm-getall.txt" >&2
+CGO_ENABLED=0 $GO test -c -tags vmtest -o "$out/ipvs-vm.test" ./pkg/util/ipvs
+test/e2e/vm/run-in-vm.sh "$PWD/$out/ipvs-vm.test" -test.run '^$' -test.bench BenchmarkVMGetAll -test.benchtime 1x | tee "$out/vm-getall.txt"
 {
   echo "# $(date -u +%FT%TZ) commit $(git rev-parse --short HEAD 2>/dev/null || echo '?'), qemu $accel"
   echo "# $vmcmd (after test/e2e/lib/prepare.sh)"
-  grep '^SCALE-VM:' "$out/vm.log"
-  echo "# KPI_SCALE_SYNC_PERIOD=60s $vmcmd"
-  grep '^SCALE-VM:' "$out/vm-60s.log"
+  for l in "${logs[@]}"; do
+    echo "# $l"
+    grep -E '^SCALE-(VM|CMP):' "$l"
+  done
+  grep -E '^BenchmarkVMGetAll' "$out/vm-getall.txt"
 } > "$out/vm.txt"
 echo >&2
 cat "$out/vm.txt"
-echo "VM runs: $out/vm.txt (full logs $out/vm.log, $out/vm-60s.log)" >&2
+echo "VM runs: $out/vm.txt (full logs ${logs[*]})" >&2

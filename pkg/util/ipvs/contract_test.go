@@ -306,3 +306,79 @@ func checkGetAllContract(t *testing.T, h Interface) {
 	}
 	expectKind(t, "flush", h.Flush(ctx), "ok")
 }
+
+// checkWriteContract: a pipelined batch gives each write the answer the single
+// call gives, in order, across more than one chunk.
+func checkWriteContract(t *testing.T, h Interface) {
+	t.Helper()
+	ctx := context.Background()
+	vs := func(ip string) *VirtualServer {
+		return &VirtualServer{Address: net.ParseIP(ip), Protocol: TCP, Port: 80, Scheduler: "rr"}
+	}
+	rs := func(ip string, w int) *RealServer { return &RealServer{Address: net.ParseIP(ip), Port: 8080, Weight: w} }
+	a, b, v6 := vs("10.0.0.1"), vs("10.0.0.2"), vs("fd00::1")
+	persistent := *a
+	persistent.Flags, persistent.Timeout, persistent.Scheduler = FlagPersistent, 10800, "wrr"
+	writes := []Write{
+		{Kind: WriteAddVirtualServer, VS: a},
+		{Kind: WriteAddVirtualServer, VS: a},
+		{Kind: WriteAddRealServer, VS: a, RS: rs("10.1.0.1", 1)},
+		{Kind: WriteAddRealServer, VS: a, RS: rs("10.1.0.2", 1)},
+		{Kind: WriteAddRealServer, VS: b, RS: rs("10.1.0.1", 1)},
+		{Kind: WriteUpdateRealServer, VS: a, RS: rs("10.1.0.2", 0)},
+		{Kind: WriteAddRealServer, VS: a, RS: rs("fd01::1", 1)},
+		{Kind: WriteDeleteRealServer, VS: a, RS: rs("10.1.0.9", 1)},
+		{Kind: WriteUpdateVirtualServer, VS: &persistent},
+		{Kind: WriteDeleteVirtualServer, VS: b},
+		{Kind: WriteAddVirtualServer, VS: v6},
+		{Kind: WriteAddRealServer, VS: v6, RS: rs("fd01::1", 3)},
+		{Kind: WriteAddVirtualServer, VS: &VirtualServer{Address: net.ParseIP("10.0.0.3"), Protocol: UDP, Port: 53, Scheduler: "nope"}},
+	}
+	want := []string{"ok", "exists", "ok", "ok", "notfound", "ok", "einval", "notfound", "ok", "notfound", "ok", "ok", "notfound"}
+	// Past one chunk: 300 more virtual servers with a real server each.
+	for i := 0; i < 300; i++ {
+		v := &VirtualServer{Address: net.IPv4(10, 0, 1+byte(i/250), byte(i%250)), Protocol: TCP, Port: 443, Scheduler: "rr"}
+		writes = append(writes, Write{Kind: WriteAddVirtualServer, VS: v},
+			Write{Kind: WriteAddRealServer, VS: v, RS: &RealServer{Address: net.IPv4(10, 1, 1, byte(i%250)), Port: uint16(1000 + i), Weight: 1}})
+		want = append(want, "ok", "ok")
+	}
+	errs := h.Write(ctx, writes)
+	if len(errs) != len(writes) {
+		t.Fatalf("Write returned %d errors for %d writes", len(errs), len(writes))
+	}
+	for i, err := range errs {
+		if got := errKind(err); got != want[i] {
+			t.Errorf("write %d (%s): %s (%v), want %s", i, writes[i], got, err, want[i])
+		}
+	}
+	all, err := h.GetAll(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(tableText(all), "\n")
+	var head []string
+	for _, l := range lines {
+		if !strings.Contains(l, ":443") {
+			head = append(head, l)
+		}
+	}
+	wantHead := []string{
+		"TCP/10.0.0.1:80 -> 10.1.0.1:8080 w=1 a=0 i=0",
+		"TCP/10.0.0.1:80 -> 10.1.0.2:8080 w=0 a=0 i=0",
+		"TCP/10.0.0.1:80 wrr flags=0x1 timeout=10800",
+		"TCP/[fd00::1]:80 -> [fd01::1]:8080 w=1 a=0 i=0",
+		"TCP/[fd00::1]:80 rr flags=0x0 timeout=0",
+	}
+	// The last real server of v6 was added with weight 3.
+	wantHead[3] = "TCP/[fd00::1]:80 -> [fd01::1]:8080 w=3 a=0 i=0"
+	if diff := cmp.Diff(wantHead, head); diff != "" {
+		t.Errorf("table after the batch (-want +got):\n%s", diff)
+	}
+	if n := len(lines) - len(head); n != 600 {
+		t.Errorf("%d lines of the 300 extra virtual servers, want 600", n)
+	}
+	if errs := h.Write(ctx, nil); len(errs) != 0 {
+		t.Errorf("empty batch: %v", errs)
+	}
+	expectKind(t, "flush", h.Flush(ctx), "ok")
+}

@@ -306,6 +306,31 @@ func (f *Fake) GetAll(ctx context.Context) ([]VirtualServerDump, error) {
 	return out, nil
 }
 
+// Write applies the writes one by one through the single calls (one operation
+// each), as the kernel processes a pipelined batch.
+func (f *Fake) Write(ctx context.Context, writes []Write) []error {
+	errs := make([]error, len(writes))
+	for i, w := range writes {
+		switch w.Kind {
+		case WriteAddVirtualServer:
+			errs[i] = f.AddVirtualServer(ctx, w.VS)
+		case WriteUpdateVirtualServer:
+			errs[i] = f.UpdateVirtualServer(ctx, w.VS)
+		case WriteDeleteVirtualServer:
+			errs[i] = f.DeleteVirtualServer(ctx, w.VS)
+		case WriteAddRealServer:
+			errs[i] = f.AddRealServer(ctx, w.VS, w.RS)
+		case WriteUpdateRealServer:
+			errs[i] = f.UpdateRealServer(ctx, w.VS, w.RS)
+		case WriteDeleteRealServer:
+			errs[i] = f.DeleteRealServer(ctx, w.VS, w.RS)
+		default:
+			errs[i] = fmt.Errorf("unknown write kind %d", w.Kind)
+		}
+	}
+	return errs
+}
+
 // SetVirtualServerStats sets the counters GetVirtualServers reports for vs.
 func (f *Fake) SetVirtualServerStats(vs *VirtualServer, c Counters) error {
 	f.mu.Lock()

@@ -284,6 +284,8 @@ func TestFakeRealServerContract(t *testing.T) { checkRealServerContract(t, NewFa
 
 func TestFakeGetAllContract(t *testing.T) { checkGetAllContract(t, NewFake()) }
 
+func TestFakeWriteContract(t *testing.T) { checkWriteContract(t, NewFake()) }
+
 func TestFakeTimeoutContract(t *testing.T) {
 	f := NewFake()
 	checkTimeoutContract(t, f, f.Timeouts)

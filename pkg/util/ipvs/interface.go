@@ -94,6 +94,10 @@ type Interface interface {
 	// GetVirtualServers plus GetRealServers for each, read in bulk (a full
 	// reconcile at 10k virtual servers would otherwise make 10k round trips).
 	GetAll(ctx context.Context) ([]VirtualServerDump, error)
+	// Write applies many changes in order, pipelined (many requests per send,
+	// the acknowledgements read after), and returns one error per write: each
+	// succeeds or fails on its own, exactly as the single calls would.
+	Write(ctx context.Context, writes []Write) []error
 
 	// ConfigureTimeouts sets the tcp, tcpfin and udp timeouts; 0 keeps a value.
 	ConfigureTimeouts(ctx context.Context, tcp, tcpfin, udp time.Duration) error

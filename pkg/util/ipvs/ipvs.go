@@ -34,6 +34,11 @@ type Client struct {
 	// it could not be opened: GetAll then dumps each virtual server).
 	proc    *os.File
 	procBuf []byte
+	// family is the IPVS generic netlink family id, netnsPath the namespace, and
+	// writer the socket of pipelined writes (Write), opened on first use.
+	family    uint16
+	netnsPath string
+	writer    *writeSocket
 	// perServiceReads counts the destination dumps GetAll made because the
 	// proc table did not show a virtual server (tests check it stays 0).
 	perServiceReads int
@@ -54,11 +59,12 @@ func New(netnsPath string) (*Client, error) {
 	// acknowledges without a reply (and GetConfig then indexes an empty answer).
 	// Check the family here so a kernel without ip_vs is a clear error at start-up
 	// (generic netlink families are global, so the calling namespace is fine).
-	if _, err := netlink.GenlFamilyGet("IPVS"); err != nil {
+	fam, err := netlink.GenlFamilyGet("IPVS")
+	if err != nil {
 		h.Close()
 		return nil, fmt.Errorf("looking up the IPVS generic netlink family (is ip_vs loaded?): %w", err)
 	}
-	c := &Client{handle: h}
+	c := &Client{handle: h, family: fam.ID, netnsPath: netnsPath}
 	// Without the proc table (no procfs in this mount namespace) GetAll falls
 	// back to one destination dump per virtual server.
 	c.proc, _ = openProcTable(netnsPath)
@@ -76,6 +82,10 @@ func (c *Client) Close() {
 	if c.proc != nil {
 		c.proc.Close()
 		c.proc = nil
+	}
+	if c.writer != nil {
+		c.writer.close()
+		c.writer = nil
 	}
 }
 

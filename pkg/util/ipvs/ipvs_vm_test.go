@@ -58,6 +58,12 @@ func TestVMGetAllContract(t *testing.T) {
 	})
 }
 
+// TestVMWriteContract checks pipelined writes against the kernel: one answer
+// per write, the errnos of the single calls.
+func TestVMWriteContract(t *testing.T) {
+	netns.Run(t, func(t *testing.T) { checkWriteContract(t, newVMClient(t)) })
+}
+
 func TestVMTimeoutContract(t *testing.T) {
 	netns.Run(t, func(t *testing.T) {
 		c := newVMClient(t)
@@ -332,6 +338,82 @@ func BenchmarkVMGetAll(b *testing.B) {
 		b.ReportMetric(float64(perServer.Milliseconds())/float64(b.N), "ms/one-by-one")
 		b.ReportMetric(float64(bulk.Milliseconds())/float64(b.N), "ms/getall")
 		b.ReportMetric(float64(nvs), "virtual-servers")
+	})
+}
+
+// BenchmarkVMWrite compares writing KPI_BENCH_VS virtual servers (default
+// 10,000) x 4 real servers one request at a time (what the proxier does) with
+// Write (pipelined, writeChunk requests per send). Run with -benchtime 1x.
+func BenchmarkVMWrite(b *testing.B) {
+	nvs := 10000
+	if v := os.Getenv("KPI_BENCH_VS"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > 60000 {
+			b.Fatalf("KPI_BENCH_VS=%q: want 1-60000", v)
+		}
+		nvs = n
+	}
+	const perVS = 4
+	netns.RunBenchmark(b, func(b *testing.B) {
+		c, err := New("")
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer c.Close()
+		ctx := context.Background()
+		var writes []Write
+		for s := 0; s < nvs; s++ {
+			vs := &VirtualServer{Address: net.IPv4(10, 96, byte(s>>8), byte(s)), Protocol: TCP, Port: 80, Scheduler: "rr"}
+			writes = append(writes, Write{Kind: WriteAddVirtualServer, VS: vs})
+			for r := 0; r < perVS; r++ {
+				writes = append(writes, Write{Kind: WriteAddRealServer, VS: vs, RS: &RealServer{Address: net.IPv4(10, byte(128+r), byte(s>>8), byte(s)), Port: 8080, Weight: 1}})
+			}
+		}
+		check := func(what string) {
+			all, err := c.GetAll(ctx)
+			n := 0
+			for _, d := range all {
+				n += len(d.RealServers)
+			}
+			if err != nil || len(all) != nvs || n != nvs*perVS {
+				b.Fatalf("%s: %d virtual servers, %d real servers (%v)", what, len(all), n, err)
+			}
+		}
+		b.ResetTimer()
+		var single, batch time.Duration
+		for i := 0; i < b.N; i++ {
+			if err := c.Flush(ctx); err != nil {
+				b.Fatal(err)
+			}
+			start := time.Now()
+			for _, w := range writes {
+				var err error
+				if w.Kind == WriteAddVirtualServer {
+					err = c.AddVirtualServer(ctx, w.VS)
+				} else {
+					err = c.AddRealServer(ctx, w.VS, w.RS)
+				}
+				if err != nil {
+					b.Fatal(err)
+				}
+			}
+			single += time.Since(start)
+			check("one by one")
+			if err := c.Flush(ctx); err != nil {
+				b.Fatal(err)
+			}
+			start = time.Now()
+			for j, err := range c.Write(ctx, writes) {
+				if err != nil {
+					b.Fatalf("write %d: %v", j, err)
+				}
+			}
+			batch += time.Since(start)
+			check("pipelined")
+		}
+		b.ReportMetric(float64(single.Milliseconds())/float64(b.N), "ms/one-by-one")
+		b.ReportMetric(float64(batch.Milliseconds())/float64(b.N), "ms/pipelined")
+		b.ReportMetric(float64(len(writes)), "writes")
 	})
 }
 
