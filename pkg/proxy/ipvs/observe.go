@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/sets"
 
 	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/ipset"
+	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/ipvs"
 	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/netlink"
 )
 
@@ -96,15 +97,16 @@ func (p *Proxier) observe(ctx context.Context, stats *SyncStats) (*appliedState,
 		sets:    map[string]*ipset.Set{},
 	}
 	stats.count(opDumpIPVS)
-	all, err := p.kernel.IPVS.GetAll(ctx)
+	// Only this family's, so the IPv6 proxier of an IPv4-only node reads no real
+	// server at all.
+	all, err := p.kernel.IPVS.GetAll(ctx, func(vs *ipvs.VirtualServer) bool {
+		return p.ourFamily(vs.Address) && !p.excluded(vs.Address)
+	})
 	if err != nil {
 		return nil, fmt.Errorf("listing IPVS virtual servers: %w", err)
 	}
 	for _, d := range all {
 		vs, rss := d.VirtualServer, d.RealServers
-		if !p.ourFamily(vs.Address) || p.excluded(vs.Address) {
-			continue
-		}
 		a := &appliedVS{vs: vs, rs: make([]desiredRS, 0, len(rss))}
 		for _, rs := range rss {
 			a.rs = append(a.rs, desiredRS{key: keyOfRS(rs.Address, rs.Port), weight: int32(rs.Weight)})

@@ -93,24 +93,23 @@ func procKeyOf(proto uint16, ip net.IP, port uint16) procKey {
 	return k
 }
 
-// GetAll lists every address/port/protocol virtual server with its real
-// servers: what GetVirtualServers and a GetRealServers per virtual server
-// return, read in bulk (see above). Firewall-mark services are left out, as in
-// GetVirtualServers.
-func (c *Client) GetAll(ctx context.Context) ([]VirtualServerDump, error) {
+// GetAll lists every address/port/protocol virtual server keep accepts (nil:
+// all) with its real servers: what GetVirtualServers and a GetRealServers per
+// virtual server return, read in bulk (see above). Firewall-mark services are
+// left out, as in GetVirtualServers. When keep accepts none (the IPv6 proxier
+// on an IPv4-only node), the proc table is not read.
+func (c *Client) GetAll(ctx context.Context, keep func(*VirtualServer) bool) ([]VirtualServerDump, error) {
 	var out []VirtualServerDump
 	err := c.do(ctx, func(h *libipvs.Handle) error {
 		svcs, err := h.GetServices()
 		if err != nil {
 			return fmt.Errorf("dumping virtual servers: %w", err)
 		}
-		var table map[procKey][]*RealServer
-		if c.proc != nil {
-			// A failed read is not fatal: every virtual server then gets its own
-			// destination dump below.
-			table, _ = c.readProcTable()
+		type kept struct {
+			svc *libipvs.Service
+			vs  *VirtualServer
 		}
-		out = make([]VirtualServerDump, 0, len(svcs))
+		var want []kept
 		for _, svc := range svcs {
 			if svc.FWMark != 0 {
 				continue
@@ -119,6 +118,19 @@ func (c *Client) GetAll(ctx context.Context) ([]VirtualServerDump, error) {
 			if err != nil {
 				return err
 			}
+			if keep == nil || keep(vs) {
+				want = append(want, kept{svc, vs})
+			}
+		}
+		var table map[procKey][]*RealServer
+		if c.proc != nil && len(want) > 0 {
+			// A failed read is not fatal: every virtual server then gets its own
+			// destination dump below.
+			table, _ = c.readProcTable()
+		}
+		out = make([]VirtualServerDump, 0, len(want))
+		for _, k := range want {
+			svc, vs := k.svc, k.vs
 			rss, ok := table[procKeyOf(svc.Protocol, svc.Address, svc.Port)]
 			if !ok {
 				dsts, err := h.GetDestinations(svc)

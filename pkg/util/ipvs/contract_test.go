@@ -243,7 +243,7 @@ UDP/[fd00::2]:53 rr flags=0x4 timeout=0`
 func checkGetAllContract(t *testing.T, h Interface) {
 	t.Helper()
 	ctx := context.Background()
-	if all, err := h.GetAll(ctx); err != nil || len(all) != 0 {
+	if all, err := h.GetAll(ctx, nil); err != nil || len(all) != 0 {
 		t.Fatalf("GetAll of an empty table = %v, %v", all, err)
 	}
 	type rsSpec struct {
@@ -279,7 +279,7 @@ func checkGetAllContract(t *testing.T, h Interface) {
 			}
 		}
 	}
-	all, err := h.GetAll(ctx)
+	all, err := h.GetAll(ctx, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -301,7 +301,7 @@ func checkGetAllContract(t *testing.T, h Interface) {
 	// Reads are copies: changing them changes nothing.
 	all[0].VirtualServer.Scheduler = "xx"
 	all[0].RealServers = append(all[0].RealServers, &RealServer{})
-	if again, err := h.GetAll(ctx); err != nil || tableText(again) != want {
+	if again, err := h.GetAll(ctx, nil); err != nil || tableText(again) != want {
 		t.Errorf("GetAll after changing a previous answer = %v\n%s", err, tableText(again))
 	}
 	expectKind(t, "flush", h.Flush(ctx), "ok")
@@ -315,7 +315,9 @@ func checkWriteContract(t *testing.T, h Interface) {
 	vs := func(ip string) *VirtualServer {
 		return &VirtualServer{Address: net.ParseIP(ip), Protocol: TCP, Port: 80, Scheduler: "rr"}
 	}
-	rs := func(ip string, w int) *RealServer { return &RealServer{Address: net.ParseIP(ip), Port: 8080, Weight: w} }
+	rs := func(ip string, w int) *RealServer {
+		return &RealServer{Address: net.ParseIP(ip), Port: 8080, Weight: w}
+	}
 	a, b, v6 := vs("10.0.0.1"), vs("10.0.0.2"), vs("fd00::1")
 	persistent := *a
 	persistent.Flags, persistent.Timeout, persistent.Scheduler = FlagPersistent, 10800, "wrr"
@@ -351,7 +353,7 @@ func checkWriteContract(t *testing.T, h Interface) {
 			t.Errorf("write %d (%s): %s (%v), want %s", i, writes[i], got, err, want[i])
 		}
 	}
-	all, err := h.GetAll(ctx)
+	all, err := h.GetAll(ctx, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -379,6 +381,30 @@ func checkWriteContract(t *testing.T, h Interface) {
 	}
 	if errs := h.Write(ctx, nil); len(errs) != 0 {
 		t.Errorf("empty batch: %v", errs)
+	}
+	expectKind(t, "flush", h.Flush(ctx), "ok")
+}
+
+// checkGetAllFilter: GetAll returns only what keep accepts.
+func checkGetAllFilter(t *testing.T, h Interface) {
+	t.Helper()
+	ctx := context.Background()
+	for _, ip := range []string{"10.0.0.1", "fd00::1"} {
+		vs := &VirtualServer{Address: net.ParseIP(ip), Protocol: TCP, Port: 80, Scheduler: "rr"}
+		if err := h.AddVirtualServer(ctx, vs); err != nil {
+			t.Fatal(err)
+		}
+		rs := &RealServer{Address: net.ParseIP(strings.Replace(strings.Replace(ip, "10.0.", "10.1.", 1), "fd00", "fd01", 1)), Port: 8080, Weight: 1}
+		if err := h.AddRealServer(ctx, vs, rs); err != nil {
+			t.Fatal(err)
+		}
+	}
+	v6, err := h.GetAll(ctx, func(vs *VirtualServer) bool { return vs.Address.To4() == nil })
+	if err != nil || tableText(v6) != "TCP/[fd00::1]:80 -> [fd01::1]:8080 w=1 a=0 i=0\nTCP/[fd00::1]:80 rr flags=0x0 timeout=0" {
+		t.Errorf("GetAll of IPv6 only = %v\n%s", err, tableText(v6))
+	}
+	if none, err := h.GetAll(ctx, func(*VirtualServer) bool { return false }); err != nil || len(none) != 0 {
+		t.Errorf("GetAll keeping nothing = %v, %v", none, err)
 	}
 	expectKind(t, "flush", h.Flush(ctx), "ok")
 }

@@ -286,6 +286,8 @@ func TestFakeGetAllContract(t *testing.T) { checkGetAllContract(t, NewFake()) }
 
 func TestFakeWriteContract(t *testing.T) { checkWriteContract(t, NewFake()) }
 
+func TestFakeGetAllFilter(t *testing.T) { checkGetAllFilter(t, NewFake()) }
+
 func TestFakeTimeoutContract(t *testing.T) {
 	f := NewFake()
 	checkTimeoutContract(t, f, f.Timeouts)

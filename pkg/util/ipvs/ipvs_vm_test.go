@@ -64,6 +64,10 @@ func TestVMWriteContract(t *testing.T) {
 	netns.Run(t, func(t *testing.T) { checkWriteContract(t, newVMClient(t)) })
 }
 
+func TestVMGetAllFilter(t *testing.T) {
+	netns.Run(t, func(t *testing.T) { checkGetAllFilter(t, newVMClient(t)) })
+}
+
 func TestVMTimeoutContract(t *testing.T) {
 	netns.Run(t, func(t *testing.T) {
 		c := newVMClient(t)
@@ -140,7 +144,7 @@ func TestVMConnectionCounters(t *testing.T) {
 		if len(rss) != 1 || rss[0].ActiveConn != 1 {
 			t.Fatalf("with one open connection: %+v, want ActiveConn 1", rss)
 		}
-		if all, err := c.GetAll(ctx); err != nil || len(all) != 1 || len(all[0].RealServers) != 1 || all[0].RealServers[0].ActiveConn != 1 {
+		if all, err := c.GetAll(ctx, nil); err != nil || len(all) != 1 || len(all[0].RealServers) != 1 || all[0].RealServers[0].ActiveConn != 1 {
 			t.Errorf("GetAll with one open connection = %v, %v; want one real server with ActiveConn 1", all, err)
 		}
 		conn.Close()
@@ -228,7 +232,7 @@ func TestVMNamespacePath(t *testing.T) {
 			t.Errorf("caller's namespace holds %v (%v), want nothing", list, err)
 		}
 		// The bulk read's proc table is the target namespace's too.
-		all, err := other.GetAll(ctx)
+		all, err := other.GetAll(ctx, nil)
 		if err != nil || len(all) != 1 || len(all[0].RealServers) != 1 || other.perServiceReads != 0 {
 			t.Errorf("GetAll in the target namespace = %v, %v (%d per-server dumps); want 1 virtual server with 1 real server from the proc table", all, err, other.perServiceReads)
 		}
@@ -299,7 +303,7 @@ func BenchmarkVMGetAll(b *testing.B) {
 				b.Fatalf("one by one: %d real servers, want %d", nrs, nvs*perVS)
 			}
 			start = time.Now()
-			all, err := c.GetAll(ctx)
+			all, err := c.GetAll(ctx, nil)
 			bulk += time.Since(start)
 			if err != nil || len(all) != nvs {
 				b.Fatalf("GetAll: %d virtual servers (%v)", len(all), err)
@@ -370,7 +374,7 @@ func BenchmarkVMWrite(b *testing.B) {
 			}
 		}
 		check := func(what string) {
-			all, err := c.GetAll(ctx)
+			all, err := c.GetAll(ctx, nil)
 			n := 0
 			for _, d := range all {
 				n += len(d.RealServers)
