@@ -15,9 +15,16 @@ require (
 	k8s.io/klog/v2 v2.140.0
 	k8s.io/kube-proxy v0.37.2
 	k8s.io/utils v0.0.0-20261023123148-ca04ba58ecab
+	sigs.k8s.io/kustomize/api v0.21.1
+	sigs.k8s.io/kustomize/kyaml v0.21.1
 )
 
-require github.com/prometheus/client_golang v1.25.0 // indirect
+require (
+	github.com/go-errors/errors v1.4.2 // indirect
+	github.com/monochromegane/go-gitignore v0.0.0-20200626010858-205db1a8cc00 // indirect
+	github.com/prometheus/client_golang v1.25.0 // indirect
+	github.com/xlab/treeprint v1.2.0 // indirect
+)
 
 require (
 	github.com/beorn7/perks v1.0.1 // indirect

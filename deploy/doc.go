@@ -1,4 +1,7 @@
-// Package deploy holds the Kubernetes manifests for running kube-proxy-ipvs
-// (daemonset.yaml); its test checks them against the real API types and the
-// daemon's own configuration loader.
+// Package deploy holds the Kubernetes manifests for running kube-proxy-ipvs:
+// standalone/ (its own ServiceAccount, RBAC, ConfigMap and DaemonSet, plain
+// YAML and a kustomization) and kubeadm/ (changes only the image of kubeadm's
+// kube-system/kube-proxy DaemonSet). Its tests decode them strictly into the
+// API types, build the kustomizations with kustomize, and load every
+// configuration with the daemon's own loader.
 package deploy

@@ -21,7 +21,7 @@ import (
 	"k8s.io/client-go/restmapper"
 )
 
-// TestDeployManifestServerSideDryRun applies deploy/daemonset.yaml to the real
+// TestDeployManifestServerSideDryRun applies deploy/standalone/kube-proxy-ipvs.yaml to the real
 // apiserver with server-side apply and dryRun=All (what `kubectl apply
 // --server-side --dry-run=server` does): every object must pass the
 // apiserver's validation and admission, and the file must hold a DaemonSet.
@@ -29,7 +29,7 @@ import (
 // in a namespace that does not exist cannot even be dry-run.
 func TestDeployManifestServerSideDryRun(t *testing.T) {
 	ctx := context.Background()
-	path := filepath.Join(repoRoot, "deploy/daemonset.yaml")
+	path := filepath.Join(repoRoot, "deploy/standalone/kube-proxy-ipvs.yaml")
 	if p := os.Getenv("KPI_E2E_MANIFEST"); p != "" {
 		path = p
 	}

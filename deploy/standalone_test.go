@@ -2,6 +2,7 @@ package deploy
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -11,38 +12,52 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	v1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/component-base/featuregate"
 	logsapi "k8s.io/component-base/logs/api/v1"
+	"sigs.k8s.io/kustomize/api/krusty"
+	"sigs.k8s.io/kustomize/kyaml/filesys"
 
 	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/cmd/kube-proxy/app"
 	proxyconfigapi "github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/proxy/apis/config"
 )
 
-// loadManifest strictly decodes every document of daemonset.yaml into the
+// decodeObjects strictly decodes every document of a YAML stream into the
 // client-go API types: an unknown or misspelt field fails the test.
-func loadManifest(t *testing.T) []runtime.Object {
+func decodeObjects(t *testing.T, name string, data []byte) []runtime.Object {
 	t.Helper()
-	data, err := os.ReadFile("daemonset.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
 	decoder := serializer.NewCodecFactory(scheme.Scheme, serializer.EnableStrict).UniversalDeserializer()
 	var objs []runtime.Object
 	for i, doc := range bytes.Split(data, []byte("\n---\n")) {
 		if len(bytes.TrimSpace(doc)) == 0 {
 			continue
 		}
-		obj, _, err := decoder.Decode(doc, nil, nil)
+		// The separator took the document's last newline; a block scalar
+		// ("|", clip) ending the document needs it back.
+		obj, _, err := decoder.Decode(append(doc, '\n'), nil, nil)
 		if err != nil {
-			t.Fatalf("document %d: %v", i, err)
+			t.Fatalf("%s: document %d: %v", name, i, err)
 		}
 		objs = append(objs, obj)
 	}
 	return objs
+}
+
+// standaloneManifest is the plain-YAML standalone install.
+const standaloneManifest = "standalone/kube-proxy-ipvs.yaml"
+
+func loadManifest(t *testing.T) []runtime.Object {
+	t.Helper()
+	data, err := os.ReadFile(standaloneManifest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return decodeObjects(t, standaloneManifest, data)
 }
 
 type manifest struct {
@@ -54,8 +69,13 @@ type manifest struct {
 }
 
 func parse(t *testing.T) manifest {
+	return parseObjects(t, loadManifest(t))
+}
+
+func parseObjects(t *testing.T, objs []runtime.Object) manifest {
+	t.Helper()
 	var m manifest
-	for _, obj := range loadManifest(t) {
+	for _, obj := range objs {
 		switch o := obj.(type) {
 		case *v1.ServiceAccount:
 			m.sa = o
@@ -79,7 +99,7 @@ func parse(t *testing.T) manifest {
 
 func TestRBACIsLeastPrivilege(t *testing.T) {
 	m := parse(t)
-	if m.sa.Name != "kube-proxy" || m.sa.Namespace != "kube-system" {
+	if m.sa.Name != "kube-proxy-ipvs" || m.sa.Namespace != "kube-system" {
 		t.Errorf("service account %s/%s", m.sa.Namespace, m.sa.Name)
 	}
 	// Every (group, resource, verb) granted, flattened.
@@ -206,4 +226,123 @@ func TestConfigMapConfigLoads(t *testing.T) {
 	if code := app.Execute([]string{"--config=" + path, "--hostname-override=node-a", "--write-config-to", out}, &stdout, &stderr); code != 0 {
 		t.Fatalf("kube-proxy rejected the ConfigMap config: exit %d: %s", code, stderr.String())
 	}
+}
+
+// TestStandaloneNamesNeverCollideWithKubeadm: applying the standalone install
+// to a kubeadm cluster must not overwrite kubeadm's kube-proxy ConfigMap (its
+// clusterCIDR and nodePortAddresses), ServiceAccount, binding or DaemonSet.
+func TestStandaloneNamesNeverCollideWithKubeadm(t *testing.T) {
+	kubeadmNames := map[string]bool{"kube-proxy": true, "kubeadm:node-proxier": true, "system:node-proxier": true}
+	for _, obj := range loadManifest(t) {
+		m, err := meta.Accessor(obj)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if kubeadmNames[m.GetName()] {
+			t.Errorf("%T %s/%s has the name of one of kubeadm's kube-proxy objects", obj, m.GetNamespace(), m.GetName())
+		}
+	}
+}
+
+// TestStandaloneReachesTheAPIServerDirectly: the client is the ConfigMap's
+// kubeconfig.conf (service-account token and CA, no server) with --master set
+// from the ConfigMap's apiServer key through an env var: never in-cluster config,
+// which is the `kubernetes` Service's ClusterIP that only this daemon programs.
+func TestStandaloneReachesTheAPIServerDirectly(t *testing.T) {
+	m := parse(t)
+	c := m.ds.Spec.Template.Spec.Containers[0]
+	cfg, err := proxyconfigapi.Decode([]byte(m.cm.Data["config.conf"]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	mounts := map[string]v1.VolumeMount{}
+	for _, vm := range c.VolumeMounts {
+		mounts[vm.MountPath] = vm
+	}
+	kc := cfg.ClientConnection.Kubeconfig
+	if vm, ok := mounts[filepath.Dir(kc)]; kc == "" || !ok || vm.Name != "kube-proxy-config" {
+		t.Fatalf("clientConnection.kubeconfig %q is not in the ConfigMap mount", kc)
+	}
+	kubeconfig, err := clientcmd.Load([]byte(m.cm.Data[filepath.Base(kc)]))
+	if err != nil {
+		t.Fatalf("ConfigMap key %s: %v", filepath.Base(kc), err)
+	}
+	for name, cluster := range kubeconfig.Clusters {
+		if cluster.Server != "" {
+			t.Errorf("kubeconfig cluster %s has server %q: the address belongs in the apiServer key only", name, cluster.Server)
+		}
+		if cluster.CertificateAuthority != "/var/run/secrets/kubernetes.io/serviceaccount/ca.crt" {
+			t.Errorf("kubeconfig cluster %s CA %q", name, cluster.CertificateAuthority)
+		}
+	}
+	for name, user := range kubeconfig.AuthInfos {
+		if user.TokenFile != "/var/run/secrets/kubernetes.io/serviceaccount/token" {
+			t.Errorf("kubeconfig user %s token file %q", name, user.TokenFile)
+		}
+	}
+	if !contains(c.Command, "--master=$(KUBE_API_SERVER)") {
+		t.Errorf("command %q does not pass --master=$(KUBE_API_SERVER)", c.Command)
+	}
+	var ref *v1.ConfigMapKeySelector
+	for _, e := range c.Env {
+		if e.Name == "KUBE_API_SERVER" && e.ValueFrom != nil {
+			ref = e.ValueFrom.ConfigMapKeyRef
+		}
+	}
+	if ref == nil || ref.Name != m.cm.Name || m.cm.Data[ref.Key] == "" {
+		t.Fatalf("KUBE_API_SERVER does not come from a key of ConfigMap %s: %+v", m.cm.Name, ref)
+	}
+	if !strings.HasPrefix(m.cm.Data[ref.Key], "https://") {
+		t.Errorf("apiServer %q is not an https URL", m.cm.Data[ref.Key])
+	}
+}
+
+// TestStandaloneKustomizeBuildEqualsPlainYAML: `kubectl apply -k
+// deploy/standalone` (kustomize, the version kubectl 1.37 embeds) produces
+// exactly the objects of the plain YAML.
+func TestStandaloneKustomizeBuildEqualsPlainYAML(t *testing.T) {
+	built := kustomizeBuild(t, "standalone")
+	plain := loadManifest(t)
+	if diff := cmp.Diff(objectsByName(t, plain), objectsByName(t, built)); diff != "" {
+		t.Errorf("kustomize build differs from the plain YAML (-plain +kustomize):\n%s", diff)
+	}
+}
+
+// kustomizeBuild runs kustomize on dir (relative to deploy/) and strictly
+// decodes the result.
+func kustomizeBuild(t *testing.T, dir string) []runtime.Object {
+	t.Helper()
+	k := krusty.MakeKustomizer(krusty.MakeDefaultOptions())
+	resMap, err := k.Run(filesys.MakeFsOnDisk(), dir)
+	if err != nil {
+		t.Fatalf("kustomize build %s: %v", dir, err)
+	}
+	out, err := resMap.AsYaml()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return decodeObjects(t, "kustomize build "+dir, out)
+}
+
+// objectsByName keys objects by "Kind namespace/name".
+func objectsByName(t *testing.T, objs []runtime.Object) map[string]runtime.Object {
+	t.Helper()
+	byName := map[string]runtime.Object{}
+	for _, obj := range objs {
+		m, err := meta.Accessor(obj)
+		if err != nil {
+			t.Fatal(err)
+		}
+		byName[fmt.Sprintf("%T %s/%s", obj, m.GetNamespace(), m.GetName())] = obj
+	}
+	return byName
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
 }
