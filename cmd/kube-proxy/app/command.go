@@ -248,7 +248,7 @@ func runProxy(ctx context.Context, o *Options) error {
 	}
 	if o.InitAndExit {
 		s := &ProxyServer{Config: o.config, FeatureGate: o.featureGate}
-		return s.setupKernel(ctx)
+		return s.runInitOnly(ctx, defaultInitOnlyKernel())
 	}
 	s, err := newProxyServer(ctx, o, defaultDeps())
 	if err != nil {

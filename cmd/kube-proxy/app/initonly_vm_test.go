@@ -9,6 +9,7 @@ package app
 
 import (
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -74,5 +75,56 @@ func TestVMInitOnlySetsConntrackAndOOM(t *testing.T) {
 	}
 	if n, _ := strconv.Atoi(strings.TrimSpace(string(hs))); n < 262144/4 {
 		t.Errorf("hashsize %d, want at least %d", n, 262144/4)
+	}
+}
+
+// TestVMInitOnlySetsIPVSSysctls: --init-only also makes the ipvs mode's kernel
+// settings (loading ip_vs so that vs/* exists), each turned off first where it
+// exists, so that a privileged init container leaves nothing for a
+// CAP_NET_ADMIN-only main container to write.
+func TestVMInitOnlySetsIPVSSysctls(t *testing.T) {
+	resetLogging := func() {
+		if err := logsapi.ResetForTest(newFeatureGate()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	resetLogging()
+	t.Cleanup(resetLogging)
+	s := sysctl.New()
+	want := map[string]int{
+		"net/ipv4/vs/conntrack":                 1,
+		"net/ipv4/vs/expire_nodest_conn":        1,
+		"net/ipv4/vs/expire_quiescent_template": 1,
+		"net/ipv4/ip_forward":                   1,
+		"net/ipv4/conf/all/arp_ignore":          1,
+		"net/ipv4/conf/all/arp_announce":        2,
+	}
+	for name := range want {
+		if err := s.SetSysctl(name, 0); err != nil {
+			t.Logf("%s not set to 0 first: %v (ip_vs not loaded yet: --init-only must load it)", name, err)
+		}
+	}
+	connReuse, connReuseErr := s.GetSysctl("net/ipv4/vs/conn_reuse_mode")
+	code, _, errOut := run(t, "--init-only", "--ipvs-strict-arp", "--ipvs-tcp-timeout=7m", "--ipvs-udp-timeout=45s", "--conntrack-max-per-core=0")
+	if code != 0 {
+		t.Fatalf("--init-only exited %d: %s", code, errOut)
+	}
+	for name, w := range want {
+		if got, err := s.GetSysctl(name); err != nil || got != w {
+			t.Errorf("%s = %d (%v), want %d", name, got, err, w)
+		}
+	}
+	// Debian's 6.1 kernel is not one of the 4.1-5.8 kernels whose
+	// conn_reuse_mode is set to 0: the value stays as it was.
+	if got, err := s.GetSysctl("net/ipv4/vs/conn_reuse_mode"); err != nil || (connReuseErr == nil && got != connReuse) {
+		t.Errorf("conn_reuse_mode = %d (%v), was %d (%v): must be left alone on 6.1", got, err, connReuse, connReuseErr)
+	}
+	// The IPVS timeouts, as ipvsadm shows them: "Timeout (tcp tcpfin udp): 420 120 45".
+	out, err := exec.Command("ipvsadm", "-L", "--timeout").CombinedOutput()
+	if err != nil {
+		t.Fatalf("ipvsadm -L --timeout: %v: %s", err, out)
+	}
+	if !strings.Contains(string(out), "420 120 45") {
+		t.Errorf("IPVS timeouts after --init-only: %q, want tcp 420 tcpfin 120 (kernel default) udp 45", strings.TrimSpace(string(out)))
 	}
 }
