@@ -12,7 +12,9 @@ tools="$here/tools"
 cache=${KPI_CACHE:-/var/cache/kube-proxy-ipvs}
 k8s_ver=$(awk '($1=="k8s.io/kubernetes" && $2 ~ /^v/) {print $2; exit} ($1=="require" && $2=="k8s.io/kubernetes") {print $3; exit}' "$tools/go.mod")
 etcd_ver=$(awk '$1=="go.etcd.io/etcd/server/v3" {print $2; exit}' "$tools/go.mod")
-sum=$(sha256sum "$tools/go.sum" | cut -c1-12)
+# The key covers the module's go.sum and the mains: a changed main must not
+# reuse a binary built from the old one.
+sum=$(cat "$tools/go.sum" "$tools"/cmd/*/*.go | sha256sum | cut -c1-12)
 out="$cache/tools/k8s-${k8s_ver}-etcd-${etcd_ver}-${sum}"
 
 log() { echo "[build-tools] $*" >&2; }

@@ -1,0 +1,132 @@
+package app
+
+import (
+	"bufio"
+	"os"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+// upstreamHelpFile is `kube-proxy --help` of upstream kube-proxy v1.37.2 on
+// Linux, as hack/update-upstream-help.sh captures it from the binary that
+// test/e2e/lib/build-tools.sh builds from k8s.io/kubernetes v1.37.2.
+const upstreamHelpFile = "testdata/upstream-kube-proxy-v1.37.2-help.txt"
+
+// helpFlag is one flag as --help prints it.
+type helpFlag struct {
+	Type    string // pflag's type name ("duration", "string", ...), "" for booleans
+	Default string // what "(default ...)" says, "" when --help shows none
+}
+
+// flagLine starts a flag's entry: "  -v, --v Level   usage" or "      --name type   usage".
+var flagLine = regexp.MustCompile(`^\s+(?:-\w, )?--([\w-]+)(?: (\S+))?(?:\s{2,}|$)(.*)$`)
+
+// parseHelp reads cobra/pflag --help output into flags. An entry runs from its
+// flag line to the next flag line or section heading; its default is the
+// "(default ...)" pflag appends to the end of the usage text.
+func parseHelp(t *testing.T, text string) map[string]helpFlag {
+	t.Helper()
+	flags := map[string]helpFlag{}
+	var name string
+	var usage strings.Builder
+	flush := func() {
+		if name == "" {
+			return
+		}
+		f := flags[name]
+		u := strings.TrimSpace(usage.String())
+		if i := strings.LastIndex(u, " (default "); i >= 0 && strings.HasSuffix(u, ")") {
+			f.Default = u[i+len(" (default ") : len(u)-1]
+		}
+		flags[name] = f
+		name = ""
+		usage.Reset()
+	}
+	sc := bufio.NewScanner(strings.NewReader(text))
+	for sc.Scan() {
+		line := sc.Text()
+		if m := flagLine.FindStringSubmatch(line); m != nil {
+			flush()
+			name = m[1]
+			flags[name] = helpFlag{Type: m[2]}
+			usage.WriteString(m[3])
+			continue
+		}
+		if strings.TrimSpace(line) == "" || !strings.HasPrefix(line, " ") {
+			flush() // a blank line or a heading ends the entry
+			continue
+		}
+		usage.WriteString(" " + strings.TrimSpace(line))
+	}
+	flush()
+	return flags
+}
+
+// TestParseHelp: the parser reads what pflag prints, including multi-line
+// usage and defaults with spaces or quotes.
+func TestParseHelp(t *testing.T) {
+	got := parseHelp(t, `Usage:
+  kube-proxy [flags]
+
+Flags:
+      --bind-address ip                              Overrides kube-proxy's idea. (default 0.0.0.0)
+      --cleanup                                      If true cleanup iptables and ipvs rules and exit.
+      --feature-gates mapStringBool                  A set of key=value pairs. Options are:
+                                                     AllAlpha=true|false (ALPHA - default=false)
+      --kube-api-content-type string                 Content type. (default "application/vnd.kubernetes.protobuf")
+  -v, --v Level                                      number for the log level verbosity
+      --version version[=true]                       --version prints version information and quits
+`)
+	want := map[string]helpFlag{
+		"bind-address":          {Type: "ip", Default: "0.0.0.0"},
+		"cleanup":               {},
+		"feature-gates":         {Type: "mapStringBool"},
+		"kube-api-content-type": {Type: "string", Default: `"application/vnd.kubernetes.protobuf"`},
+		"v":                     {Type: "Level"},
+		"version":               {Type: "version[=true]"},
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("parseHelp (-want +got):\n%s", diff)
+	}
+}
+
+// ourOwnFlags are flags upstream does not have.
+var ourOwnFlags = map[string]string{
+	"ipvs-virtual-server-metrics": "per-Service IPVS counters, README 'Where we deliberately differ'",
+}
+
+// TestFlagDefaultsMatchUpstreamHelp compares every flag of our --help with
+// upstream v1.37.2's: same names, same types, same defaults as printed.
+func TestFlagDefaultsMatchUpstreamHelp(t *testing.T) {
+	data, err := os.ReadFile(upstreamHelpFile)
+	if err != nil {
+		t.Fatalf("%v (regenerate with hack/update-upstream-help.sh)", err)
+	}
+	upstream := parseHelp(t, string(data))
+	if len(upstream) < 50 {
+		t.Fatalf("%s parsed into %d flags; upstream v1.37.2 has more than 50", upstreamHelpFile, len(upstream))
+	}
+	code, out, errOut := run(t, "--help")
+	if code != 0 {
+		t.Fatalf("--help exited %d: %s", code, errOut)
+	}
+	ours := parseHelp(t, out)
+	for name, want := range upstream {
+		got, ok := ours[name]
+		if !ok {
+			t.Errorf("--%s: upstream has it (%s, default %q), our --help does not", name, want.Type, want.Default)
+			continue
+		}
+		if got != want {
+			t.Errorf("--%s: ours is %s with default %q, upstream's %s with default %q", name, got.Type, got.Default, want.Type, want.Default)
+		}
+	}
+	for name := range ours {
+		if _, ok := upstream[name]; !ok && ourOwnFlags[name] == "" {
+			t.Errorf("--%s: ours only, and not listed in ourOwnFlags", name)
+		}
+	}
+}
