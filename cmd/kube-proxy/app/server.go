@@ -87,9 +87,9 @@ type deps struct {
 	newClient       func(ctx context.Context, cfg *v1alpha1.KubeProxyConfiguration, master string) (clientset.Interface, error)
 	hostname        func() (string, error)
 	kernel          kernelSetup
-	familySupported func(v1.IPFamily) bool
-	nodeWaitTimeout time.Duration // for the Node and its addresses
-	podCIDRTimeout  time.Duration // for node.spec.podCIDRs, in detectLocalMode NodeCIDR
+	familySupported func(v1.IPFamily) error // nil: a proxier can run for it
+	nodeWaitTimeout time.Duration           // for the Node and its addresses
+	podCIDRTimeout  time.Duration           // for node.spec.podCIDRs, in detectLocalMode NodeCIDR
 	nodePoll        time.Duration
 	newProvider     func(ctx context.Context, s *ProxyServer) (proxy.Provider, error)
 	configPoll      time.Duration
@@ -101,7 +101,7 @@ func defaultDeps() deps {
 		newClient:       createClient,
 		hostname:        os.Hostname,
 		kernel:          defaultKernelSetup(),
-		familySupported: kernelSupportsFamily,
+		familySupported: defaultFamilyCheck().usable,
 		nodeWaitTimeout: 30 * time.Second,
 		podCIDRTimeout:  5 * time.Minute,
 		nodePoll:        time.Second,
@@ -145,11 +145,14 @@ func newProxyServer(ctx context.Context, o *Options, d deps) (*ProxyServer, erro
 		s.PodCIDRs = s.Node.Spec.PodCIDRs
 	}
 	s.IPFamilies = []v1.IPFamily{s.PrimaryIPFamily}
-	if other := otherFamily(s.PrimaryIPFamily); d.familySupported(other) {
+	other := otherFamily(s.PrimaryIPFamily)
+	if err := d.familySupported(other); err == nil {
 		s.IPFamilies = append(s.IPFamilies, other)
 		logger.Info("Running in dual-stack mode", "primaryIPFamily", s.PrimaryIPFamily)
 	} else {
-		logger.Info("Running in single-stack mode", "ipFamily", s.PrimaryIPFamily)
+		// One line says both the decision and why (upstream logs "No iptables
+		// support for family" and runs single-stack the same way).
+		logger.Info("Running in single-stack mode", "ipFamily", s.PrimaryIPFamily, "unusableFamily", other, "reason", err.Error())
 	}
 	s.NodePortAddresses = expandNodePortAddresses(cfg.NodePortAddresses, s.NodeIPs)
 	if len(cfg.NodePortAddresses) == 0 {

@@ -319,7 +319,7 @@ func newTestEnv(t *testing.T, objects ...runtime.Object) *testEnv {
 		},
 		hostname:        func() (string, error) { return "Node-A", nil },
 		kernel:          k,
-		familySupported: func(v1.IPFamily) bool { return true },
+		familySupported: func(v1.IPFamily) error { return nil },
 		nodeWaitTimeout: 2 * time.Second,
 		podCIDRTimeout:  2 * time.Second,
 		nodePoll:        10 * time.Millisecond,
@@ -402,7 +402,12 @@ func TestNewProxyServer(t *testing.T) {
 	}
 
 	// Single-stack kernel: one family only.
-	env.deps.familySupported = func(f v1.IPFamily) bool { return f == v1.IPv4Protocol }
+	env.deps.familySupported = func(f v1.IPFamily) error {
+		if f == v1.IPv4Protocol {
+			return nil
+		}
+		return errors.New("no usable ip6tables nat table")
+	}
 	if s, err = newProxyServer(context.Background(), o, env.deps); err != nil {
 		t.Fatal(err)
 	}
