@@ -93,9 +93,11 @@ func TestHostileObjectsIsolated(t *testing.T) {
 		if err != nil {
 			t.Fatalf("change %d: %v", i, err)
 		}
-		// The usual latency in this VM is well under a second (docs/PERFORMANCE.md);
-		// the bound leaves room for a loaded TCG host.
-		if d := time.Since(start); d > 10*time.Second {
+		// The usual latency in this VM is well under a second (docs/PERFORMANCE.md),
+		// but a change that arrives during a periodic full resync waits for it
+		// (issue 15), which under a loaded TCG host takes seconds: the bound is
+		// for "not stalled by the hostile objects", the log shows the real figure.
+		if d := time.Since(start); d > 30*time.Second {
 			t.Errorf("change %d took %v next to the hostile objects", i, d)
 		}
 		t.Logf("change %d landed in %v", i, time.Since(start).Round(time.Millisecond))

@@ -148,6 +148,12 @@ func dumpOnFailure(t *testing.T) {
 		if node.KubeProxyRunning(ctx) || proxyErr == nil {
 			t.Logf("kube-proxy log tail:\n%s", node.KubeProxyLog(ctx, 30))
 		}
+		if os.Getenv("KPI_E2E_GOROUTINES_ON_FAILURE") == "1" && node.KubeProxyRunning(ctx) {
+			// Debugging a stall: SIGQUIT makes the daemon print every goroutine and
+			// exit (the scenarios after this one then fail loudly).
+			out, _ := vm.Sh(ctx, "kill -QUIT $(pidof kube-proxy); sleep 3; awk 'BEGIN{RS=\"\"} /kube-proxy-ipvs\\/(pkg|cmd)/' "+node.ProxyLogPath+" | grep -v '^\\s*/usr/local/go' | head -600")
+			t.Logf("kube-proxy goroutines:\n%s", out)
+		}
 	})
 }
 

@@ -76,7 +76,9 @@ func TestPerServiceScheduler(t *testing.T) {
 	for _, s := range steps {
 		time.Sleep(2 * time.Second) // let the load run on the previous scheduler
 		setAnnotations(t, ctx, svc, s.ann)
-		err := framework.Eventually(ctx, 30*time.Second, 200*time.Millisecond, func(ctx context.Context) error {
+		// A change can wait behind a periodic full resync (issue 15), which takes
+		// seconds on a loaded TCG host.
+		err := framework.Eventually(ctx, 60*time.Second, 200*time.Millisecond, func(ctx context.Context) error {
 			line, _ := vsHeader(t, ctx, vip)
 			for _, w := range s.want {
 				if !strings.Contains(" "+strings.NewReplacer("(", " ", ")", " ", ",", " ").Replace(line)+" ", " "+w+" ") {

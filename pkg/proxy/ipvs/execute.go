@@ -1,11 +1,13 @@
 package ipvs
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"net"
 	"slices"
+	"strings"
 
 	"k8s.io/apimachinery/pkg/types"
 
@@ -380,8 +382,25 @@ func (p *Proxier) noteConntrack(vs *ipvs.VirtualServer, ct *[]conntrackTarget) {
 	}
 }
 
+// ensureJumpRules makes sure the built-in chains jump to ours. It reads the two
+// tables once (`iptables-save`) and runs `iptables -C`/`-I` only for a jump that is
+// missing: a process per rule per full sync costs seconds on a busy or emulated node
+// and holds back every change queued behind the sync.
 func (p *Proxier) ensureJumpRules(ctx context.Context, stats *SyncStats) error {
+	saved := map[iptables.Table]string{}
 	for _, j := range jumpRules {
+		text, ok := saved[j.table]
+		if !ok {
+			var buf bytes.Buffer
+			stats.count(opIPTablesSave)
+			if err := p.kernel.IPTables.SaveInto(ctx, j.table, &buf); err == nil {
+				text = buf.String()
+			}
+			saved[j.table] = text // "" after a failed read: every jump is ensured
+		}
+		if strings.Contains(text, "\n"+jumpRuleLine(j.from, j.comment, j.to)+"\n") {
+			continue
+		}
 		stats.count(opIPTablesEnsureRule)
 		if _, err := p.kernel.IPTables.EnsureRule(ctx, iptables.Prepend, j.table, j.from,
 			"-m", "comment", "--comment", j.comment, "-j", string(j.to)); err != nil {
@@ -389,4 +408,9 @@ func (p *Proxier) ensureJumpRules(ctx context.Context, stats *SyncStats) error {
 		}
 	}
 	return nil
+}
+
+// jumpRuleLine is a jump rule as iptables-save prints it.
+func jumpRuleLine(from iptables.Chain, comment string, to iptables.Chain) string {
+	return "-A " + string(from) + " -m comment --comment \"" + comment + "\" -j " + string(to)
 }

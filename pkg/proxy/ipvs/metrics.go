@@ -60,6 +60,7 @@ const (
 	opIPSetRestore
 	opIPSetSave
 	opIPTablesRestore
+	opIPTablesSave
 	opIPTablesEnsureRule
 	opBindAddress
 	opUnbindAddress
@@ -78,6 +79,7 @@ var kernelOps = [numKernelOps]struct{ subsystem, operation string }{
 	opIPSetRestore:        {metrics.SubsystemIPSet, "restore"},
 	opIPSetSave:           {metrics.SubsystemIPSet, "save"},
 	opIPTablesRestore:     {metrics.SubsystemIPTables, "restore"},
+	opIPTablesSave:        {metrics.SubsystemIPTables, "save"},
 	opIPTablesEnsureRule:  {metrics.SubsystemIPTables, "ensure_rule"},
 	opBindAddress:         {metrics.SubsystemNetlink, "bind_address"},
 	opUnbindAddress:       {metrics.SubsystemNetlink, "unbind_address"},

@@ -3,6 +3,7 @@ package ipvs
 // Test address ranges: as in helpers_test.go.
 
 import (
+	"context"
 	"net"
 	"strings"
 	"testing"
@@ -199,4 +200,24 @@ func metricValue(t *testing.T, m any) float64 {
 		return d.Gauge.GetValue()
 	}
 	return d.Counter.GetValue()
+}
+
+// TestJumpRulesReadOnce: a full sync reads the two tables once and runs
+// `iptables -C/-I` only for a jump that is missing.
+func TestJumpRulesReadOnce(t *testing.T) {
+	e := newTestEnv(t, v1.IPv4Protocol)
+	e.start(makeService("ns", "a", clusterIP("10.96.0.1"), port("p", v1.ProtocolTCP, 80, 0)))
+	e.clock.Step(31 * time.Second)
+	st := e.mustSync()
+	if !st.Full || st.ops[opIPTablesEnsureRule] != 0 || st.ops[opIPTablesSave] != 2 {
+		t.Fatalf("full sync with every jump in place: ensure %d, save %d; want 0 and 2", st.ops[opIPTablesEnsureRule], st.ops[opIPTablesSave])
+	}
+	if err := e.ipt.DeleteRule(context.Background(), "nat", "OUTPUT", "-m", "comment", "--comment", "kubernetes service portals", "-j", "KUBE-SERVICES"); err != nil {
+		t.Fatal(err)
+	}
+	e.clock.Step(31 * time.Second)
+	st = e.mustSync()
+	if st.ops[opIPTablesEnsureRule] != 1 || !strings.Contains(e.iptablesSave(), "-A OUTPUT -m comment --comment \"kubernetes service portals\" -j KUBE-SERVICES") {
+		t.Errorf("a deleted jump: %d ensure calls, want 1, and the jump back", st.ops[opIPTablesEnsureRule])
+	}
 }
