@@ -58,8 +58,9 @@ fi
 # BENCH_VM_SERVICES (default 1000) sets the size; BENCH_VM_10K=1 adds a run at
 # 10,000 Services (KPI_VM_MEM 4096; ~1 h under TCG).
 vmrun() { # log services mem
+  mkdir -p "$out/logs-$2"
   echo ">>> VM comparison at $2 Services -> $out/$1" >&2
-  KPI_VM_MEM=$3 KPI_SCALE_SERVICES=$2 KPI_SCALE_PROXIES=ours,upstream KPI_SCALE_CHANGES=20 KPI_SCALE_SYNC_PERIOD=30s \
+  KPI_SCALE_LOG_DIR=$out/logs-$2 KPI_VM_MEM=$3 KPI_SCALE_SERVICES=$2 KPI_SCALE_PROXIES=ours,upstream KPI_SCALE_CHANGES=20 KPI_SCALE_SYNC_PERIOD=30s \
     CGO_ENABLED=0 $GO test -tags e2e,e2escale -count=1 -v -timeout 180m -run '^TestScaleVM$' ./test/e2e/ 2>&1 | tee "$out/$1"
 }
 vmcmd="KPI_VM_MEM=2048 KPI_SCALE_SERVICES=N KPI_SCALE_PROXIES=ours,upstream KPI_SCALE_CHANGES=20 KPI_SCALE_SYNC_PERIOD=30s go test -tags e2e,e2escale -count=1 -v -timeout 180m -run '^TestScaleVM\$' ./test/e2e/"

@@ -13,7 +13,9 @@
 // KPI_SCALE_SERVICES (default 1000, at most 20000) changes the Service count,
 // KPI_SCALE_CHANGES (default 10) the number of one-endpoint changes, and
 // KPI_SCALE_SYNC_PERIOD (e.g. 30s) replaces the ipvs.syncPeriod of
-// framework.KubeProxyConfig (10s). KPI_VM_MEM (MiB) sizes the VM (main_test.go).
+// framework.KubeProxyConfig (10s), KPI_SCALE_PROGRAM_TIMEOUT (default 15m) the
+// start-up bound, KPI_SCALE_LOG_DIR keeps each daemon's log there. KPI_VM_MEM
+// (MiB) sizes the VM (main_test.go).
 package e2e
 
 import (
@@ -44,7 +46,7 @@ const (
 	scaleWorkers   = 8
 	// Start-up: kube-proxy start until every Service is in IPVS, the ipsets and
 	// iptables. Upstream took 133 s for KUBE-CLUSTER-IP at 1k under TCG.
-	scaleProgramTimeout = 15 * time.Minute
+	scaleProgramTimeout = 15 * time.Minute       // KPI_SCALE_PROGRAM_TIMEOUT replaces it
 	scaleStartPoll      = 200 * time.Millisecond // between two in-VM reads of the virtual servers
 	scaleSlowPoll       = time.Second            // between two in-VM ipset / iptables-save reads
 	// One-endpoint changes: API write until the new real server is in IPVS.
@@ -528,11 +530,19 @@ func scaleRunProxy(t *testing.T, ctx context.Context, client kubernetes.Interfac
 	for _, s := range scaleWatchedSets(nsvc) {
 		setsArg = append(setsArg, fmt.Sprintf("%s=%d", s.name, s.want))
 	}
+	programTimeout := scaleProgramTimeout
+	if v := os.Getenv("KPI_SCALE_PROGRAM_TIMEOUT"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			t.Fatalf("KPI_SCALE_PROGRAM_TIMEOUT=%q: %v", v, err)
+		}
+		programTimeout = d
+	}
 	startMarker := fmt.Sprintf("/tmp/scale-start-%s.started", p.name)
-	wctx, cancel := context.WithTimeout(ctx, scaleProgramTimeout+30*time.Second)
+	wctx, cancel := context.WithTimeout(ctx, programTimeout+30*time.Second)
 	defer cancel()
 	done := scaleVMWait(wctx, startMarker, "-all", "/tmp/scale-want.txt",
-		"-interval", scaleStartPoll.String(), "-timeout", scaleProgramTimeout.String(),
+		"-interval", scaleStartPoll.String(), "-timeout", programTimeout.String(),
 		"-sets", strings.Join(setsArg, ","), "-iptables", scaleIPTablesText, "-slow-interval", scaleSlowPoll.String())
 	markerSeen := scaleWaitMarker(t, ctx, startMarker)
 
@@ -547,6 +557,12 @@ func scaleRunProxy(t *testing.T, ctx context.Context, client kubernetes.Interfac
 			t.Logf("%s kube-proxy log tail:\n%s", p.name, p.logTail(ctx, 40))
 			out, _ := vm.Sh(ctx, "ipvsadm -Ln | awk '$1==\"TCP\"||$1==\"UDP\" {v++} $1==\"->\" {r++} END {print v, \"virtual servers,\", r-1, \"real servers\"}'")
 			t.Logf("IPVS in the VM: %s", out)
+		}
+		if dir := os.Getenv("KPI_SCALE_LOG_DIR"); dir != "" {
+			// The daemon's whole log, for the sync timings it prints.
+			if out, err := vm.Sh(ctx, "cat "+p.log); err == nil {
+				_ = os.WriteFile(filepath.Join(dir, "kube-proxy-"+p.name+".log"), []byte(out), 0o644)
+			}
 		}
 		if err := p.stop(ctx); err != nil {
 			t.Errorf("stopping %s kube-proxy: %v", p.name, err)
@@ -584,7 +600,7 @@ wait:
 	}
 	f.startAll = res.at.Sub(t0)
 	if res.err != nil {
-		t.Fatalf("%s: not everything programmed %s after kube-proxy started: %v\n%s", p.name, scaleProgramTimeout, res.err, res.out)
+		t.Fatalf("%s: not everything programmed %s after kube-proxy started: %v\n%s", p.name, programTimeout, res.err, res.out)
 	}
 	// The poller's clock started a little before kube-proxy: its times minus
 	// that head start are times since kube-proxy started.

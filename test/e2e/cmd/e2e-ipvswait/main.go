@@ -10,7 +10,8 @@
 //	    servers (weight > 0); prints "progress MS COMPLETE" whenever the count
 //	    changes and "ipvs MS" when all are. With -sets, also until each ipset
 //	    holds at least N members ("set NAME MS" when it does); with -iptables,
-//	    until `iptables-save -t nat` contains TEXT ("iptables MS"). Those two are
+//	    until `iptables-save -t nat` or `iptables-legacy-save -t nat` contains
+//	    TEXT ("iptables MS BACKEND"). Those two are
 //	    read by running ipset / iptables-save every -slow-interval (a process
 //	    costs ~80 ms under TCG).
 //	    To stay cheap next to the daemon it measures, a poll is one dump of the
@@ -239,10 +240,14 @@ func (w *slowWaits) poll(start time.Time) bool {
 		done = done && s.done
 	}
 	if !w.iptDone {
-		out, err := exec.Command("iptables-save", "-t", "nat").Output()
-		if err == nil && strings.Contains(string(out), w.iptables) {
-			w.iptDone = true
-			fmt.Printf("iptables %d\n", time.Since(start).Milliseconds())
+		// Either backend: upstream kube-proxy picks legacy or nft itself.
+		for _, save := range []string{"iptables-save", "iptables-legacy-save"} {
+			out, err := exec.Command(save, "-t", "nat").Output()
+			if err == nil && strings.Contains(string(out), w.iptables) {
+				w.iptDone = true
+				fmt.Printf("iptables %d %s\n", time.Since(start).Milliseconds(), save)
+				break
+			}
 		}
 	}
 	return done && w.iptDone
