@@ -175,12 +175,21 @@ func (p *scaleProxy) start(ctx context.Context, config string) error {
 	return nil
 }
 
+// running reports whether the process is alive; an agent round trip that
+// fails (under load it can) is asked again, up to three times, and counts as
+// alive if no answer comes: only the VM saying so makes it dead.
 func (p *scaleProxy) running(ctx context.Context) bool {
 	if p.pid == 0 {
 		return false
 	}
-	r, err := vm.Exec(ctx, "bash", "-c", fmt.Sprintf("test -d /proc/%d && ! grep -q '^State:.*Z' /proc/%d/status", p.pid, p.pid))
-	return err == nil && r.ExitCode == 0
+	for range 3 {
+		r, err := vm.Exec(ctx, "bash", "-c", fmt.Sprintf("test -d /proc/%d && ! grep -q '^State:.*Z' /proc/%d/status", p.pid, p.pid))
+		if err == nil {
+			return r.ExitCode == 0
+		}
+		time.Sleep(time.Second)
+	}
+	return true
 }
 
 // stop sends SIGTERM, then SIGKILL after 30 s.
@@ -205,6 +214,12 @@ func (p *scaleProxy) stop(ctx context.Context) error {
 		_ = vm.Signal(ctx, p.pid, syscall.SIGKILL)
 	}
 	return err
+}
+
+// scaleDmesgTail is the end of the guest kernel log (an OOM kill shows there).
+func scaleDmesgTail(ctx context.Context) string {
+	out, _ := vm.Sh(ctx, "dmesg | tail -n 5")
+	return strings.TrimSpace(out)
 }
 
 func (p *scaleProxy) logTail(ctx context.Context, lines int) string {
@@ -594,7 +609,9 @@ wait:
 		case <-alive.C:
 			if !p.running(ctx) {
 				cancel()
-				t.Fatalf("%s kube-proxy exited during the start-up; log tail:\n%s", p.name, p.logTail(ctx, 40))
+				r := <-done
+				t.Fatalf("%s kube-proxy exited during the start-up (dmesg: %s); the poller had printed:\n%s\nlog tail:\n%s",
+					p.name, scaleDmesgTail(ctx), r.out, p.logTail(ctx, 40))
 			}
 		}
 	}

@@ -383,9 +383,7 @@ func BenchmarkVMWrite(b *testing.B) {
 				b.Fatalf("%s: %d virtual servers, %d real servers (%v)", what, len(all), n, err)
 			}
 		}
-		b.ResetTimer()
-		var single, batch time.Duration
-		for i := 0; i < b.N; i++ {
+		oneByOne := func() time.Duration {
 			if err := c.Flush(ctx); err != nil {
 				b.Fatal(err)
 			}
@@ -401,22 +399,45 @@ func BenchmarkVMWrite(b *testing.B) {
 					b.Fatal(err)
 				}
 			}
-			single += time.Since(start)
+			d := time.Since(start)
 			check("one by one")
+			return d
+		}
+		pipelined := func() time.Duration {
 			if err := c.Flush(ctx); err != nil {
 				b.Fatal(err)
 			}
-			start = time.Now()
+			start := time.Now()
 			for j, err := range c.Write(ctx, writes) {
 				if err != nil {
 					b.Fatalf("write %d: %v", j, err)
 				}
 			}
-			batch += time.Since(start)
+			d := time.Since(start)
 			check("pipelined")
+			return d
 		}
-		b.ReportMetric(float64(single.Milliseconds())/float64(b.N), "ms/one-by-one")
-		b.ReportMetric(float64(batch.Milliseconds())/float64(b.N), "ms/pipelined")
+		b.ResetTimer()
+		var single, batch time.Duration
+		// The write after a flush of 10k virtual servers is much slower (the
+		// kernel frees the flushed table in the background), so a fair
+		// comparison writes into a fresh namespace of a fresh VM:
+		// KPI_BENCH_WRITE_MODE=one-by-one or pipelined measures only that.
+		mode := os.Getenv("KPI_BENCH_WRITE_MODE")
+		for i := 0; i < b.N; i++ {
+			if mode != "pipelined" {
+				single += oneByOne()
+			}
+			if mode != "one-by-one" {
+				batch += pipelined()
+			}
+		}
+		if mode != "pipelined" {
+			b.ReportMetric(float64(single.Milliseconds())/float64(b.N), "ms/one-by-one")
+		}
+		if mode != "one-by-one" {
+			b.ReportMetric(float64(batch.Milliseconds())/float64(b.N), "ms/pipelined")
+		}
 		b.ReportMetric(float64(len(writes)), "writes")
 	})
 }
