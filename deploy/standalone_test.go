@@ -34,7 +34,7 @@ func decodeObjects(t *testing.T, name string, data []byte) []runtime.Object {
 	decoder := serializer.NewCodecFactory(scheme.Scheme, serializer.EnableStrict).UniversalDeserializer()
 	var objs []runtime.Object
 	for i, doc := range bytes.Split(data, []byte("\n---\n")) {
-		if len(bytes.TrimSpace(doc)) == 0 {
+		if onlyComments(doc) {
 			continue
 		}
 		// The separator took the document's last newline; a block scalar
@@ -345,4 +345,15 @@ func contains(list []string, s string) bool {
 		}
 	}
 	return false
+}
+
+// onlyComments reports whether a YAML document holds nothing but comments and
+// blank lines.
+func onlyComments(doc []byte) bool {
+	for _, line := range bytes.Split(doc, []byte("\n")) {
+		if l := bytes.TrimSpace(line); len(l) > 0 && l[0] != '#' {
+			return false
+		}
+	}
+	return true
 }
