@@ -9,7 +9,9 @@
 //	    connects COUNT times and prints one answer (or ERROR line) per attempt
 //	    (tcp, udp or sctp; --count 0: until SIGTERM, then a SUMMARY line);
 //	e2e-agent get --url http://10.0.2.15:30001/
-//	    prints "STATUS <code>" and the body (health check node ports).
+//	    prints "STATUS <code>" and the body (health check node ports);
+//	e2e-agent relay|hold|lb ...
+//	    the two-node testbed's roles (see twonode.go).
 package main
 
 import (
@@ -19,7 +21,7 @@ import (
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: e2e-agent agent|serve|client|get [flags]")
+		fmt.Fprintln(os.Stderr, "usage: e2e-agent agent|serve|client|get|relay|hold|lb [flags]")
 		os.Exit(2)
 	}
 	var err error
@@ -32,6 +34,12 @@ func main() {
 		err = runClient(os.Args[2:])
 	case "get":
 		err = runGet(os.Args[2:])
+	case "relay":
+		err = runRelay(os.Args[2:])
+	case "hold":
+		err = runHold(os.Args[2:])
+	case "lb":
+		err = runLB(os.Args[2:])
 	default:
 		err = fmt.Errorf("unknown role %q", os.Args[1])
 	}

@@ -57,6 +57,11 @@ func runServe(args []string) error {
 			go func() {
 				defer c.Close()
 				fmt.Fprintf(c, "%s from=%s\n", *name, c.RemoteAddr())
+				// A client that keeps the connection (e2e-agent hold) gets
+				// every line it sends echoed back: a long-lived connection
+				// whose endpoint can be drained under it. One-shot clients
+				// close after the greeting, which ends this loop.
+				echo(c, *name)
 			}()
 		}
 	}()
@@ -85,6 +90,7 @@ func runClient(args []string) error {
 	count := fs.Int("count", 1, "number of connections (0: until SIGTERM)")
 	timeout := fs.Duration("timeout", 2*time.Second, "per-attempt timeout")
 	interval := fs.Duration("interval", 0, "pause between attempts")
+	source := fs.String("source", "", "local address to send from: IP, or IP:PORT (UDP: every attempt from that same port, as a resolver does)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -100,7 +106,7 @@ func runClient(args []string) error {
 	failed, done := 0, 0
 	for i := 0; (*count == 0 && !stop.Load()) || i < *count; i++ {
 		done++
-		line, err := attempt(*proto, *addr, *timeout)
+		line, err := attemptFrom(*proto, *source, *addr, *timeout)
 		if err != nil {
 			failed++
 			fmt.Printf("ERROR %v\n", err)
@@ -121,10 +127,23 @@ func runClient(args []string) error {
 }
 
 func attempt(proto, addr string, timeout time.Duration) (string, error) {
+	return attemptFrom(proto, "", addr, timeout)
+}
+
+// attemptFrom is attempt with an optional local address (see --source).
+func attemptFrom(proto, source, addr string, timeout time.Duration) (string, error) {
 	if proto == "sctp" {
 		return attemptSCTP(addr, timeout)
 	}
-	c, err := net.DialTimeout(proto, addr, timeout)
+	d := net.Dialer{Timeout: timeout}
+	if source != "" {
+		local, err := localAddr(proto, source)
+		if err != nil {
+			return "", err
+		}
+		d.LocalAddr = local
+	}
+	c, err := d.Dial(proto, addr)
 	if err != nil {
 		return "", err
 	}
