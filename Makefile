@@ -5,7 +5,7 @@ GO ?= go
 BIN := bin
 export CGO_ENABLED ?= 0
 
-.PHONY: all build test unit integration vmtest e2e demo bench lint image deps clean
+.PHONY: all build test unit integration vmtest e2e soak demo bench lint image deps clean
 
 all: build
 
@@ -31,6 +31,12 @@ vmtest:
 
 e2e: build
 	test/e2e/run.sh
+
+# Both nodes under churn for SOAK_DURATION with clients running all along
+# (TestTwoNodeSoak; `make e2e` runs it for 5 minutes). Report: _output/soak/report.md.
+SOAK_DURATION ?= 1h
+soak: build
+	KPI_E2E_RUN='^TestTwoNodeSoak$$' KPI_SOAK_DURATION=$(SOAK_DURATION) KPI_E2E_TIMEOUT=$${KPI_E2E_TIMEOUT:-4h} test/e2e/run.sh
 
 demo: build
 	test/e2e/demo.sh

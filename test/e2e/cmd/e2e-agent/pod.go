@@ -91,6 +91,7 @@ func runClient(args []string) error {
 	timeout := fs.Duration("timeout", 2*time.Second, "per-attempt timeout")
 	interval := fs.Duration("interval", 0, "pause between attempts")
 	source := fs.String("source", "", "local address to send from: IP, or IP:PORT (UDP: every attempt from that same port, as a resolver does)")
+	stamp := fs.Bool("stamp", false, "end every line with at=<unix milliseconds> (when the attempt ended)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -109,10 +110,12 @@ func runClient(args []string) error {
 		line, err := attemptFrom(*proto, *source, *addr, *timeout)
 		if err != nil {
 			failed++
-			fmt.Printf("ERROR %v\n", err)
-		} else {
-			fmt.Println(line)
+			line = fmt.Sprintf("ERROR %v", err)
 		}
+		if *stamp {
+			line += fmt.Sprintf(" at=%d", time.Now().UnixMilli())
+		}
+		fmt.Println(line)
 		if *interval > 0 {
 			time.Sleep(*interval)
 		}
