@@ -326,7 +326,7 @@ func (l *lbRun) waitHealth(t *testing.T, ctx context.Context, addr string, code 
 		last := ""
 		for _, line := range strings.Split(l.read(t, ctx), "\n") {
 			if strings.HasPrefix(line, "HEALTH "+addr+" ") {
-				last = line
+				last = strings.Join(strings.Fields(line)[:3], " ")
 			}
 		}
 		if last != fmt.Sprintf("HEALTH %s %d", addr, code) {
@@ -428,7 +428,9 @@ func TestTwoNodeExternalTrafficPolicyLocal(t *testing.T) {
 
 	// The move: the new pod on node2 is ready, the old one terminating
 	// (still serving), then gone from the slice, then dead.
+	step := func(what string) { t.Logf("step at=%d: %s", guestMillis(t, ctx), what) }
 	e2ep := on(n2, e2)[0]
+	step("etp2-a on node2 added (ready)")
 	if err := framework.SetEndpoints(ctx, cp.Client, svc, append(on(n1, e1), e2ep)...); err != nil {
 		t.Fatal(err)
 	}
@@ -436,16 +438,19 @@ func TestTwoNodeExternalTrafficPolicyLocal(t *testing.T) {
 	time.Sleep(2 * time.Second)
 	e1term := on(n1, e1)[0]
 	e1term.Terminating = true
+	step("etp1-a terminating")
 	if err := framework.SetEndpoints(ctx, cp.Client, svc, e1term, e2ep); err != nil {
 		t.Fatal(err)
 	}
 	lb.waitHealth(t, ctx, npOn(n1), 503)
 	time.Sleep(3 * time.Second) // connections still in flight to node1 finish
+	step("etp1-a removed from the slice")
 	if err := framework.SetEndpoints(ctx, cp.Client, svc, e2ep); err != nil {
 		t.Fatal(err)
 	}
 	waitOn(t, ctx, n2, "TCP", npOn(n2), e2.IP)
 	time.Sleep(2 * time.Second)
+	step("etp1-a dead")
 	if _, err := vm.Sh(ctx, "ip -n "+e1.Name+" link set eth0 down"); err != nil {
 		t.Fatal(err)
 	}
@@ -464,6 +469,13 @@ func TestTwoNodeExternalTrafficPolicyLocal(t *testing.T) {
 		t.Fatal(err)
 	}
 	var errLines []string
+	lines := strings.Split(log, "\n")
+	for i, line := range lines {
+		if strings.HasPrefix(line, "ERROR") || strings.HasPrefix(line, "HEALTH") {
+			// With its neighbours and the test's steps: the timeline of a failure.
+			t.Logf("lb log #%d: %s", i, line)
+		}
+	}
 	served := map[string]int{}
 	after, late := false, 0 // after node1 reported 503 with node2 serving
 	for _, line := range strings.Split(log, "\n") {
@@ -477,7 +489,7 @@ func TestTwoNodeExternalTrafficPolicyLocal(t *testing.T) {
 			if after && f[1] == npOn(n1) {
 				late++ // picked before the 503 arrived, answered after
 			}
-		case f[0] == "HEALTH" && len(f) == 3 && f[1] == npOn(n1) && f[2] == "503" && served[npOn(n2)+" etp2-a"] > 0:
+		case f[0] == "HEALTH" && len(f) >= 3 && f[1] == npOn(n1) && f[2] == "503" && served[npOn(n2)+" etp2-a"] > 0:
 			after = true
 		case f[0] == "SUMMARY":
 			t.Logf("load balancer: %s", line)
@@ -827,6 +839,15 @@ func TestTwoNodeTerminatingDrain(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	state := func(what string) {
+		out, _ := n1.Sh(ctx, fmt.Sprintf("date +at=%%s%%3N; ipvsadm -Ln -t %s; ipvsadm -Ln -t %s", vip, np))
+		t.Logf("%s: node1:\n%s", what, out)
+		for _, h := range holds {
+			lines := strings.Split(strings.TrimSpace(h.read(t, ctx)), "\n")
+			t.Logf("%s: hold %s: %d lines, last %q", what, h.what, len(lines), lines[len(lines)-1])
+		}
+	}
+	state("before")
 	newEp := on(n2, newPod)[0]
 	oldTerm := on(n2, oldPod)[0]
 	oldTerm.Terminating = true
@@ -834,19 +855,21 @@ func TestTwoNodeTerminatingDrain(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitOn(t, ctx, n1, "TCP", vip, newPod.IP)
+	state("old endpoint terminating, new one ready")
 	if err := framework.SetEndpoints(ctx, cp.Client, svc, newEp); err != nil {
 		t.Fatal(err)
 	}
 	waitOn(t, ctx, n1, "TCP", vip, newPod.IP)
 	waitOn(t, ctx, n1, "TCP", np, newPod.IP)
-	rs, _ := n1.VirtualServer(ctx, "TCP", vip)
-	t.Logf("node1 %s while draining: %v", vip, rs)
+	time.Sleep(2 * time.Second)
+	state("old endpoint removed from the slice")
 	answers(t, "new connections during the drain", mustClient(t, ctx, n1, c.Name, "tcp", vip, 4), 4, map[string]int{"drn2-b": 4}, c.IP)
 	time.Sleep(12 * time.Second) // more than syncPeriod: a full resync runs during the drain
+	state("12 s later")
 	for _, h := range holds {
-		if err := vm.Signal(ctx, h.pid, syscall.SIGTERM); err != nil {
-			t.Fatal(err)
-		}
+		// An error here means the hold already ended (its connection broke):
+		// its log says how.
+		_ = vm.Signal(ctx, h.pid, syscall.SIGTERM)
 	}
 	for _, h := range holds {
 		var out string

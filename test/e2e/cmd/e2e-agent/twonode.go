@@ -201,8 +201,8 @@ type lbBackend struct {
 // asks each backend's health URL (a healthCheckNodePort), and every
 // --interval it connects to the next backend whose last answer was 200.
 // Lines: "HEALTH <addr> <code>" on every change, "OK <addr> <answer>",
-// "ERROR <addr> <reason>", "NONE" when no backend is healthy; SIGTERM ends it
-// with "SUMMARY ok=N errors=N none=N".
+// "ERROR <addr> <reason>", "NONE" when no backend is healthy, each ending
+// with " at=<unix ms>"; SIGTERM ends it with "SUMMARY ok=N errors=N none=N".
 func runLB(args []string) error {
 	fs := flag.NewFlagSet("lb", flag.ContinueOnError)
 	backends := fs.String("backends", "", "comma-separated NODEIP:NODEPORT=http://NODEIP:HEALTHPORT/")
@@ -224,10 +224,10 @@ func runLB(args []string) error {
 		return errors.New("lb: --backends is required")
 	}
 	stop := stopSignal()
-	var mu sync.Mutex // one writer of stdout at a time
-	say := func(format string, args ...any) {
+	var mu sync.Mutex                         // one writer of stdout at a time
+	say := func(format string, args ...any) { // every line ends with at=<unix ms>
 		mu.Lock()
-		fmt.Printf(format, args...)
+		fmt.Printf(strings.TrimSuffix(format, "\n")+" at=%d\n", append(args, time.Now().UnixMilli())...)
 		mu.Unlock()
 	}
 	client := &http.Client{Timeout: time.Second}
