@@ -418,8 +418,11 @@ func TestTwoNodeExternalTrafficPolicyLocal(t *testing.T) {
 	// The load balancer: health checks both nodes, sends only to healthy ones.
 	lb := &lbRun{log: fmt.Sprintf("/tmp/lb-%d.log", time.Now().UnixNano())}
 	backends := fmt.Sprintf("%s=%s,%s=%s", npOn(n1), hcOn(n1), npOn(n2), hcOn(n2))
+	// Timeouts with room for the whole VM stalling a few seconds, which
+	// happens when several TCG VMs share two cores (seen as both nodes'
+	// health checks failing at the same instant).
 	lb.pid, err = vm.Start(ctx, lb.log, "ip", "netns", "exec", framework.OutsideNS, "/kpi/bin/e2e-agent", "lb",
-		"--backends", backends, "--interval", "50ms", "--check-interval", "300ms")
+		"--backends", backends, "--interval", "50ms", "--check-interval", "300ms", "--timeout", "6s", "--check-timeout", "3s")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -627,7 +630,8 @@ func (l *udpLoad) lines(t *testing.T, ctx context.Context) []udpLine {
 func guestMillis(t *testing.T, ctx context.Context) int64 {
 	t.Helper()
 	var ms int64
-	if _, err := fmt.Sscanf(guest(t, ctx, "date +%s%3N"), "%d", &ms); err != nil {
+	// busybox date has no %N: bash's EPOCHREALTIME has microseconds.
+	if _, err := fmt.Sscanf(guest(t, ctx, `echo $(( ${EPOCHREALTIME/./} / 1000 ))`), "%d", &ms); err != nil {
 		t.Fatal(err)
 	}
 	return ms
@@ -687,7 +691,7 @@ func TestTwoNodeUDPEndpointReplacement(t *testing.T) {
 			if _, ok := synced[f.vs]; ok {
 				continue
 			}
-			out, err := n1.Sh(ctx, "ipvsadm -Ln -u "+f.vs+"; echo at=$(date +%s%3N)")
+			out, err := n1.Sh(ctx, "ipvsadm -Ln -u "+f.vs+"; echo at=$(( ${EPOCHREALTIME/./} / 1000 ))")
 			if err != nil {
 				return err
 			}
@@ -843,7 +847,7 @@ func TestTwoNodeTerminatingDrain(t *testing.T) {
 		}
 	}
 	state := func(what string) {
-		out, _ := n1.Sh(ctx, fmt.Sprintf("date +at=%%s%%3N; ipvsadm -Ln -t %s; ipvsadm -Ln -t %s", vip, np))
+		out, _ := n1.Sh(ctx, fmt.Sprintf("echo at=$(( ${EPOCHREALTIME/./} / 1000 )); ipvsadm -Ln -t %s; ipvsadm -Ln -t %s", vip, np))
 		t.Logf("%s: node1:\n%s", what, out)
 		for _, h := range holds {
 			lines := strings.Split(strings.TrimSpace(h.read(t, ctx)), "\n")

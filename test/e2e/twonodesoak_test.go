@@ -89,7 +89,7 @@ func TestTwoNodeSoak(t *testing.T) {
 	startClient := func(name, netns, proto, addr string) {
 		c := &client{name: name, log: fmt.Sprintf("/tmp/soak-%s.log", strings.ReplaceAll(name, " ", "_"))}
 		pid, err := vm.Start(ctx, c.log, "ip", "netns", "exec", netns, "/kpi/bin/e2e-agent", "client", "--proto", proto,
-			"--addr", addr, "--count", "0", "--interval", "200ms", "--timeout", "3s")
+			"--addr", addr, "--count", "0", "--interval", "200ms", "--timeout", "6s")
 		if err != nil {
 			t.Fatal(err)
 		}

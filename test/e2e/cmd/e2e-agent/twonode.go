@@ -209,6 +209,7 @@ func runLB(args []string) error {
 	interval := fs.Duration("interval", 50*time.Millisecond, "pause between connections")
 	check := fs.Duration("check-interval", 300*time.Millisecond, "pause between health checks")
 	timeout := fs.Duration("timeout", 2*time.Second, "connection timeout")
+	checkTimeout := fs.Duration("check-timeout", time.Second, "health check timeout")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -230,7 +231,7 @@ func runLB(args []string) error {
 		fmt.Printf(strings.TrimSuffix(format, "\n")+" at=%d\n", append(args, time.Now().UnixMilli())...)
 		mu.Unlock()
 	}
-	client := &http.Client{Timeout: time.Second}
+	client := &http.Client{Timeout: *checkTimeout}
 	for _, b := range bs {
 		go func() {
 			for !stop.Load() {
