@@ -87,7 +87,7 @@ func TestTwoNodeSoak(t *testing.T) {
 	}
 	var clients []*client
 	startClient := func(name, netns, proto, addr string) {
-		c := &client{name: name, log: fmt.Sprintf("/tmp/soak-%s.log", strings.ReplaceAll(name, " ", "_"))}
+		c := &client{name: name, log: fmt.Sprintf("/tmp/soak-client-%d.log", len(clients))}
 		pid, err := vm.Start(ctx, c.log, "ip", "netns", "exec", netns, "/kpi/bin/e2e-agent", "client", "--proto", proto,
 			"--addr", addr, "--count", "0", "--interval", "200ms", "--timeout", "6s")
 		if err != nil {
