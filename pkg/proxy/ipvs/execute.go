@@ -144,8 +144,13 @@ func (p *Proxier) executeSets(ctx context.Context, changes []setChange, stats *S
 			}
 			return nil
 		}
+		// Only a refusal of one line is the line's problem: a full set, a missing set
+		// or a tool that did not run is the batch's, and re-sending the rest would
+		// meet it again on every line.
 		var ierr *ipset.Error
-		if !errors.As(err, &ierr) || ierr.Index < 0 || ierr.Index >= len(remaining) || refused >= maxIsolatedSetFailures {
+		systemic := errors.Is(err, ipset.ErrSetFull) || errors.Is(err, ipset.ErrSetNotFound) ||
+			errors.Is(err, ipset.ErrSetInUse) || errors.Is(err, ipset.ErrTypeMismatch)
+		if systemic || !errors.As(err, &ierr) || ierr.Index < 0 || ierr.Index >= len(remaining) || refused >= maxIsolatedSetFailures {
 			return fmt.Errorf("applying %d ipset changes: %w", len(remaining), err)
 		}
 		bad := remaining[ierr.Index]
