@@ -210,7 +210,7 @@ func newSlowWaits(setsFlag, iptables string, interval time.Duration) (*slowWaits
 		name, n, ok := strings.Cut(kv, "=")
 		want, err := strconv.Atoi(n)
 		if !ok || err != nil {
-			return nil, fmt.Errorf("-sets %q: want NAME=N,...", setsFlag)
+			return nil, fmt.Errorf("-sets %q: want NAME=N pairs separated by commas", setsFlag)
 		}
 		w.sets = append(w.sets, setWait{name: name, want: want})
 	}
