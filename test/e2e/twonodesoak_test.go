@@ -346,7 +346,7 @@ func TestTwoNodeSoak(t *testing.T) {
 		t.Fatal(err)
 	}
 	var report strings.Builder
-	fmt.Fprintf(&report, "# soak: %s, both nodes, %d churn steps\n\n", duration, nextChurnID)
+	fmt.Fprintf(&report, "# soak: %s, both nodes, %d churn Services created\n\n", duration, nextChurnID)
 	fmt.Fprintf(&report, "| client | served | failed |\n| --- | --- | --- |\n")
 	totalFailed := 0
 	for _, c := range clients {
