@@ -16,7 +16,8 @@ import (
 	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/test/e2e/framework"
 )
 
-// Pod addresses 10.244.0.251-254.
+// Pod addresses 10.244.0.251-254. The file sorts before scenarios_test.go, whose
+// last scenarios stop the daemon for --cleanup.
 
 const (
 	annScheduler      = "kube-proxy-ipvs.io/scheduler"

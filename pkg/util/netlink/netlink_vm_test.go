@@ -82,6 +82,11 @@ func TestVMServiceAddressOnDownDummy(t *testing.T) {
 		}
 		defer c.Close()
 		ctx := context.Background()
+		// A node's loopback is up; a fresh namespace's is not, and without it IPv6
+		// has no routes at all.
+		if lo, err := vnl.LinkByName("lo"); err != nil || vnl.LinkSetUp(lo) != nil {
+			t.Fatalf("bringing lo up: %v", err)
+		}
 		if _, err := c.EnsureDummyDevice(ctx, DefaultDummyDevice); err != nil {
 			t.Fatal(err)
 		}
