@@ -146,6 +146,8 @@ type Proxier struct {
 	extKeys      map[types.NamespacedName][]vsKey
 	extClaims    map[vsKey]sets.Set[types.NamespacedName]
 	heldBackView heldBackView
+	// heldBackPublishedEmpty: the last published list was empty (skip republishing).
+	heldBackPublishedEmpty bool
 
 	// stats of the last sync, for tests and metrics
 	lastSync SyncStats

@@ -169,6 +169,10 @@ func (p *Proxier) recordOutcome(now time.Time, t *touched, out *outcome) time.Du
 
 // publishHeldBack refreshes the debug list and the held-back gauge.
 func (p *Proxier) publishHeldBack() {
+	if len(p.retries) == 0 && len(p.refusals) == 0 && p.heldBackPublishedEmpty {
+		return // the usual sync: nothing held back, nothing to refresh
+	}
+	p.heldBackPublishedEmpty = len(p.retries) == 0 && len(p.refusals) == 0
 	fam := string(p.opts.IPFamily)
 	counts := map[string]int{}
 	objs := make([]HeldBackObject, 0, len(p.retries))
