@@ -52,7 +52,7 @@ func setAnnotations(t *testing.T, ctx context.Context, svc *corev1.Service, kv m
 // TestPerServiceScheduler: under a client connecting every 20 ms, a Service
 // starts rr, is annotated lc, then sh with sh-port, then the annotation goes:
 // each scheduler shows in ipvsadm, the virtual server is edited in place (its
-// connection counter keeps growing) and no connection fails but for the
+// connection counter keeps growing) and no connection fails, not even in the
 // kernel's own scheduler swap window (see below). A Service asking
 // for mh on a node where the kernel cannot load ip_vs_mh, and one asking for a
 // made-up scheduler, keep working on the configured scheduler with a Warning
@@ -103,26 +103,17 @@ func TestPerServiceScheduler(t *testing.T) {
 	got, _, errLines := l.stop(t, ctx)
 	// Changing a virtual server's scheduler leaves it without one for an RCU grace
 	// period (ip_vs_edit_service unbinds the old scheduler, synchronize_rcu(), binds
-	// the new one); a SYN that arrives then finds no destination and is refused
-	// (ip_vs_leave). No proxy can avoid that window, which is long under TCG, so a
-	// refused connection is tolerated (at most two per change); any other failure
-	// after the first attempts (the load generator's own start) fails the test.
-	refused := 0
+	// the new one); a SYN that arrives then finds no destination and IPVS answers with
+	// an ICMP port unreachable. The daemon drops those while it changes the scheduler
+	// (quiet.go), so such a client retransmits its SYN 1 s later instead of failing:
+	// no connection may fail (but the load generator's own first attempts).
 	for _, e := range errLines {
 		var n int
 		if _, err := fmt.Sscanf(e, "#%d", &n); err == nil && n < 25 {
 			t.Logf("ignored during the load's start: %s", e)
 			continue
 		}
-		if !strings.Contains(e, "connection refused") {
-			t.Errorf("connection failed while the scheduler changed: %s", e)
-			continue
-		}
-		refused++
-	}
-	t.Logf("%d connections refused in the kernel's scheduler swaps: %v", refused, errLines)
-	if refused > 2*len(steps) {
-		t.Errorf("%d refused connections for %d scheduler changes", refused, len(steps))
+		t.Errorf("connection failed while the scheduler changed: %s", e)
 	}
 	total := 0
 	for _, n := range got {

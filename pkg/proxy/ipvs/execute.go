@@ -91,6 +91,7 @@ func (p *Proxier) execute(ctx context.Context, pl *syncPlan, outRules []string, 
 			blocked[o] = &out.failures[i]
 		}
 	}
+	loud := p.quietRefusals(ctx, pl.quiet, stats)
 	for i := range pl.vs {
 		vp := &pl.vs[i]
 		if cause := blocked[vp.owner]; cause != nil && vp.owner.Name != "" {
@@ -100,6 +101,7 @@ func (p *Proxier) execute(ctx context.Context, pl *syncPlan, outRules []string, 
 		}
 		p.executeVirtualServer(ctx, vp, stats, ct, out)
 	}
+	loud()
 
 	// 5. unbind addresses no Service wants any more.
 	for _, addr := range pl.unbinds {

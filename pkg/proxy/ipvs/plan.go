@@ -30,6 +30,9 @@ type syncPlan struct {
 	iptables []byte
 	// vs are the virtual servers to change, sorted by key.
 	vs []vsPlan
+	// quiet are the addresses of virtual servers whose scheduler changes: their
+	// refusals are held back while IPVS is written (quiet.go).
+	quiet []string
 	// unbinds are addresses to remove from kube-ipvs0.
 	unbinds []string
 }
@@ -139,8 +142,13 @@ func planSync(in *planInput) *syncPlan {
 	for _, k := range keys {
 		if vp, ok := planVirtualServer(in, k); ok {
 			pl.vs = append(pl.vs, vp)
+			if vp.action == vsUpdate && in.applied.vs[k].vs.Scheduler != vp.spec.Scheduler {
+				pl.quiet = append(pl.quiet, keyAddrString(k.addr))
+			}
 		}
 	}
+	slices.Sort(pl.quiet)
+	pl.quiet = slices.Compact(pl.quiet)
 	return pl
 }
 
@@ -255,6 +263,9 @@ func (pl *syncPlan) String() string {
 	}
 	if pl.iptables != nil {
 		fmt.Fprintf(&b, "iptables-restore (%d bytes)\n", len(pl.iptables))
+	}
+	for _, a := range pl.quiet {
+		fmt.Fprintf(&b, "quiet %s while schedulers change\n", a)
 	}
 	for _, vp := range pl.vs {
 		owner := ""

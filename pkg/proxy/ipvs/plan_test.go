@@ -62,6 +62,7 @@ ipset del KUBE-CLUSTER-IP 10.96.0.99,tcp:80
 ipset add KUBE-IPVS-IPS 10.96.0.1
 bind 10.96.0.1
 iptables-restore (5 bytes)
+quiet 10.96.0.1 while schedulers change
 ipvs update TCP/10.96.0.1:80 rr (ns/a)
 ipvs TCP/10.96.0.1:80 weight 10.244.2.1:80 0 -> 1 (ns/a)
 ipvs TCP/10.96.0.1:80 add-rs 10.244.2.3:80 weight 1 (ns/a)

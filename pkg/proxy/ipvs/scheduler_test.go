@@ -3,6 +3,7 @@ package ipvs
 // Test address ranges: as in helpers_test.go.
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"strings"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/proxy"
 	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/proxy/apis/config"
+	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/iptables"
 	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/ipvs"
 )
 
@@ -186,4 +188,105 @@ func TestSchedulerBadValues(t *testing.T) {
 	if d := e.ipvs.Dump(); !strings.Contains(d, "TCP  10.96.0.4:80 mh mh-port\n") {
 		t.Errorf("mh not programmed once available:\n%s", d)
 	}
+}
+
+// watchingIPVS records, at each in-place virtual server update, our filter chain as the
+// kernel has it at that moment.
+type watchingIPVS struct {
+	ipvs.Interface
+	ipt     *iptables.Fake
+	atEdits []string
+}
+
+func (w *watchingIPVS) UpdateVirtualServer(ctx context.Context, vs *ipvs.VirtualServer) error {
+	var buf bytes.Buffer
+	if err := w.ipt.SaveInto(ctx, iptables.TableFilter, &buf); err != nil {
+		return err
+	}
+	w.atEdits = append(w.atEdits, vs.Address.String()+"\n"+buf.String())
+	return w.Interface.UpdateVirtualServer(ctx, vs)
+}
+
+// TestSchedulerChangeQuietsRefusals: while a virtual server's scheduler is changed in
+// place, the ICMP port unreachables its address would send (the kernel refuses new
+// connections in the swap) are dropped, so clients retransmit instead of failing; the
+// rules are gone when the sync ends, and an edit that keeps the scheduler adds none.
+func TestSchedulerChangeQuietsRefusals(t *testing.T) {
+	for _, family := range []v1.IPFamily{v1.IPv4Protocol, v1.IPv6Protocol} {
+		t.Run(string(family), func(t *testing.T) {
+			e := newTestEnv(t, family)
+			vip, ep, match := "10.96.0.1", "10.244.2.1", "-p icmp -m icmp --icmp-type port-unreachable"
+			if family == v1.IPv6Protocol {
+				vip, ep, match = "fd00:96::1", "fd00:244::2:1", "-p ipv6-icmp -m icmp6 --icmpv6-type port-unreachable"
+			}
+			svc := func(mods ...func(*v1.Service)) *v1.Service {
+				return makeService("ns", "web", append([]func(*v1.Service){clusterIP(vip), port("p", v1.ProtocolTCP, 80, 0)}, mods...)...)
+			}
+			e.start(svc(), makeSlice("ns", "web", "w-1", tcp("p", 80), endpoint(ep)))
+			w := &watchingIPVS{Interface: e.ipvs, ipt: e.ipt}
+			e.p.kernel.IPVS = w
+
+			e.add(svc(annotate(proxy.AnnotationScheduler, "lc")))
+			e.mustSync()
+			if len(w.atEdits) != 1 {
+				t.Fatalf("%d virtual server edits, want 1", len(w.atEdits))
+			}
+			suffix := "/32"
+			if family == v1.IPv6Protocol {
+				suffix = "/128"
+			}
+			rule := "-A KUBE-IPVS-OUT-FILTER -s " + vip + suffix + " " + match + ` -m comment --comment "` + quietComment + `" -j DROP`
+			if !strings.HasPrefix(w.atEdits[0], vip+"\n") || !strings.Contains(w.atEdits[0], rule+"\n") {
+				t.Errorf("during the scheduler change, want %q in:\n%s", rule, w.atEdits[0])
+			}
+			var buf bytes.Buffer
+			if err := e.ipt.SaveInto(context.Background(), iptables.TableFilter, &buf); err != nil {
+				t.Fatal(err)
+			}
+			if strings.Contains(buf.String(), quietComment) {
+				t.Errorf("the rule outlived the sync:\n%s", buf.String())
+			}
+			// A timeout change edits in place without a swap: nothing to quiet.
+			w.atEdits = nil
+			e.add(svc(annotate(proxy.AnnotationScheduler, "lc"), func(s *v1.Service) {
+				s.Spec.SessionAffinity = v1.ServiceAffinityClientIP
+			}))
+			e.mustSync()
+			if len(w.atEdits) != 1 || strings.Contains(w.atEdits[0], quietComment) {
+				t.Errorf("an edit without a scheduler change quieted refusals: %q", w.atEdits)
+			}
+		})
+	}
+}
+
+// TestQuietRulesUndoneWhenDeleteFails: if the rules cannot be removed, the next sync
+// rewrites our chains whole, which removes them.
+func TestQuietRulesUndoneWhenDeleteFails(t *testing.T) {
+	e := newTestEnv(t, v1.IPv4Protocol)
+	svc := func(mods ...func(*v1.Service)) *v1.Service {
+		return makeService("ns", "web", append([]func(*v1.Service){clusterIP("10.96.0.1"), port("p", v1.ProtocolTCP, 80, 0)}, mods...)...)
+	}
+	e.start(svc(), makeSlice("ns", "web", "w-1", tcp("p", 80), endpoint("10.244.2.1")))
+	e.p.kernel.IPTables = &failingDelete{Interface: e.ipt}
+	e.add(svc(annotate(proxy.AnnotationScheduler, "lc")))
+	e.mustSync()
+	if d := e.ipt.Dump(); !strings.Contains(d, quietComment) {
+		t.Fatalf("the failing delete was not exercised:\n%s", d)
+	}
+	e.p.kernel.IPTables = e.ipt
+	e.add(makeService("ns", "other", clusterIP("10.96.0.2"), port("p", v1.ProtocolTCP, 80, 0)))
+	e.mustSync()
+	if d := e.ipt.Dump(); strings.Contains(d, quietComment) {
+		t.Errorf("the rule survived the next sync:\n%s", d)
+	}
+}
+
+// failingDelete refuses restores that delete rules.
+type failingDelete struct{ iptables.Interface }
+
+func (f *failingDelete) RestoreAll(ctx context.Context, data []byte, flush iptables.FlushFlag, counters iptables.CounterFlag) error {
+	if bytes.Contains(data, []byte("\n-D ")) {
+		return fmt.Errorf("injected: iptables-restore refused a delete")
+	}
+	return f.Interface.RestoreAll(ctx, data, flush, counters)
 }

@@ -1,0 +1,71 @@
+package ipvs
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	v1 "k8s.io/api/core/v1"
+
+	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/iptables"
+)
+
+// Changing a virtual server's scheduler in place is not atomic in the kernel:
+// ip_vs_edit_service unbinds the old scheduler, waits for an RCU grace period and binds
+// the new one. A connection that arrives in between finds no scheduler, so IPVS drops
+// its first packet and answers with an ICMP port unreachable (ip_vs_leave), which the
+// client's TCP takes as "connection refused". Under load that is a failed connection or
+// two per change, on a busy or emulated node more.
+//
+// While such edits run, the ICMP port unreachables those addresses send are dropped
+// (one rule per address at the top of KUBE-IPVS-OUT-FILTER, which the node's own
+// packets, ICMP errors included, pass through on OUTPUT). The refused packet is then
+// simply lost and the client sends it again (a TCP SYN after its 1 s retransmission
+// timeout), by which time the new scheduler is bound: the connection is late, not
+// failed. The rules go as soon as the edits are done; should removing them fail, or the
+// process die in between, the next write of our chains (every full sync rewrites them
+// whole) takes them away.
+
+// quietComment marks the rules, so that they are never mistaken for anything else.
+const quietComment = "kube-proxy-ipvs: scheduler change in progress"
+
+// quietRules is the iptables-restore text that inserts (op "-I") or deletes ("-D") the
+// rules for addrs.
+func quietRules(family v1.IPFamily, op string, addrs []string) []byte {
+	match, suffix := "-p icmp -m icmp --icmp-type port-unreachable", "/32"
+	if family == v1.IPv6Protocol {
+		match, suffix = "-p ipv6-icmp -m icmp6 --icmpv6-type port-unreachable", "/128"
+	}
+	var b strings.Builder
+	b.WriteString("*filter\n")
+	for _, a := range addrs {
+		fmt.Fprintf(&b, "%s %s -s %s%s %s -m comment --comment %q -j DROP\n", op, chainIPVSOutFilter, a, suffix, match, quietComment)
+	}
+	b.WriteString("COMMIT\n")
+	return []byte(b.String())
+}
+
+// quietRefusals installs the rules for addrs and returns the function that removes
+// them. Neither is worth failing the sync for: without the rules a scheduler change
+// still lands, at the price of the refusals above.
+func (p *Proxier) quietRefusals(ctx context.Context, addrs []string, stats *SyncStats) func() {
+	if len(addrs) == 0 {
+		return func() {}
+	}
+	restore := func(op string) error {
+		stats.IPTablesWrite = true
+		stats.count(opIPTablesRestore)
+		return p.kernel.IPTables.RestoreAll(ctx, quietRules(p.opts.IPFamily, op, addrs), iptables.NoFlushTables, iptables.NoRestoreCount)
+	}
+	if err := restore("-I"); err != nil {
+		p.logger.Error(err, "Could not hold back the kernel's refusals while schedulers change; connections arriving during the change may be refused", "addresses", addrs)
+		return func() {}
+	}
+	return func() {
+		if err := restore("-D"); err != nil {
+			// The next write of our chains removes them; make sure there is one.
+			p.applied.iptables = nil
+			p.logger.Error(err, "Could not remove the rules that held back refusals during a scheduler change; the next sync rewrites the chain", "addresses", addrs)
+		}
+	}
+}
