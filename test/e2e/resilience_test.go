@@ -27,14 +27,16 @@ type load struct {
 	pid  int
 	log  string
 	addr string
+	out  string // the generator's output, once stopped
 }
 
 // startLoad starts a load generator from pod namespace ns ("" = the node):
-// one connection every interval, each with a 2 s timeout.
-func startLoad(t *testing.T, ctx context.Context, ns, proto, addr string, interval time.Duration) *load {
+// one connection every interval, each with a 2 s timeout; extra are more
+// e2e-agent client flags.
+func startLoad(t *testing.T, ctx context.Context, ns, proto, addr string, interval time.Duration, extra ...string) *load {
 	t.Helper()
 	l := &load{log: fmt.Sprintf("/tmp/load-%d.log", time.Now().UnixNano()), addr: addr}
-	argv := []string{"/kpi/bin/e2e-agent", "client", "--proto", proto, "--addr", addr, "--count", "0", "--timeout", "2s", "--interval", interval.String()}
+	argv := append([]string{"/kpi/bin/e2e-agent", "client", "--proto", proto, "--addr", addr, "--count", "0", "--timeout", "2s", "--interval", interval.String()}, extra...)
 	if ns != "" {
 		argv = append([]string{"ip", "netns", "exec", ns}, argv...)
 	}
@@ -68,6 +70,7 @@ func (l *load) stop(t *testing.T, ctx context.Context) (map[string]int, int, []s
 	if err != nil {
 		t.Fatal(err)
 	}
+	l.out = out
 	var errLines []string
 	for i, line := range strings.Split(out, "\n") {
 		if strings.HasPrefix(line, "ERROR") {
