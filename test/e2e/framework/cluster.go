@@ -20,7 +20,7 @@ import (
 func CreateNode(ctx context.Context, c kubernetes.Interface) error {
 	node := &corev1.Node{
 		ObjectMeta: metav1.ObjectMeta{Name: NodeName, Labels: map[string]string{"kubernetes.io/hostname": NodeName}},
-		Spec:       corev1.NodeSpec{PodCIDR: "10.244.0.0/24", PodCIDRs: []string{"10.244.0.0/24"}},
+		Spec:       corev1.NodeSpec{PodCIDR: "10.244.0.0/24", PodCIDRs: []string{"10.244.0.0/24", "fd00:244::/64"}},
 	}
 	created, err := c.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{})
 	if apierrors.IsAlreadyExists(err) {
@@ -31,6 +31,7 @@ func CreateNode(ctx context.Context, c kubernetes.Interface) error {
 	}
 	created.Status.Addresses = []corev1.NodeAddress{
 		{Type: corev1.NodeInternalIP, Address: NodeIP},
+		{Type: corev1.NodeInternalIP, Address: NodeIP6},
 		{Type: corev1.NodeHostName, Address: NodeName},
 	}
 	created.Status.Conditions = []corev1.NodeCondition{{
@@ -130,16 +131,26 @@ func discoveryEndpoint(ns string, e Endpoint) discoveryv1.Endpoint {
 // would have written for svc (there is no controller manager): one
 // entry per endpoint, every Service port mapped to 8080.
 func CreateEndpointSlice(ctx context.Context, c kubernetes.Interface, svc *corev1.Service, eps ...Endpoint) (*discoveryv1.EndpointSlice, error) {
+	return CreateEndpointSliceOf(ctx, c, svc, discoveryv1.AddressTypeIPv4, eps...)
+}
+
+// CreateEndpointSliceOf is CreateEndpointSlice for one address type; the IPv6
+// slice is named <service>-e2e-v6.
+func CreateEndpointSliceOf(ctx context.Context, c kubernetes.Interface, svc *corev1.Service, addressType discoveryv1.AddressType, eps ...Endpoint) (*discoveryv1.EndpointSlice, error) {
+	name := svc.Name + "-e2e"
+	if addressType == discoveryv1.AddressTypeIPv6 {
+		name += "-v6"
+	}
 	slice := &discoveryv1.EndpointSlice{
 		ObjectMeta: metav1.ObjectMeta{
-			Name:      svc.Name + "-e2e",
+			Name:      name,
 			Namespace: svc.Namespace,
 			Labels: map[string]string{
 				discoveryv1.LabelServiceName: svc.Name,
 				discoveryv1.LabelManagedBy:   "e2e.kube-proxy-ipvs",
 			},
 		},
-		AddressType: discoveryv1.AddressTypeIPv4,
+		AddressType: addressType,
 	}
 	for _, p := range svc.Spec.Ports {
 		slice.Ports = append(slice.Ports, discoveryv1.EndpointPort{

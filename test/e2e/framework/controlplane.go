@@ -121,7 +121,7 @@ func StartControlPlane(ctx context.Context, root string, logf Logf) (*ControlPla
 		"--service-account-issuer=https://kubernetes.default.svc",
 		"--service-account-key-file=" + p.path("sa.pub"),
 		"--service-account-signing-key-file=" + p.path("sa.key"),
-		"--service-cluster-ip-range=10.96.0.0/16",
+		"--service-cluster-ip-range=10.96.0.0/16,fd00:96::/112",
 		"--service-node-port-range=30000-32767",
 		"--endpoint-reconciler-type=none",
 		// kube-proxy's DaemonSet is privileged, as in every real cluster.

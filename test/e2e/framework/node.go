@@ -27,13 +27,15 @@ func SetupNode(ctx context.Context, vm *VM) (*Node, error) {
 type Pod struct {
 	Name string
 	IP   string
+	IP6  string // "" for a single-stack pod
 	pid  int
 }
 
-// AddPod creates a pod namespace with ip and starts its server on port 8080
-// (TCP, UDP and SCTP), then waits until the node can reach it directly.
-func (n *Node) AddPod(ctx context.Context, name, ip string) (*Pod, error) {
-	if _, err := n.VM.Sh(ctx, fmt.Sprintf("bash /kpi/scripts/pod.sh add %s %s", name, ip)); err != nil {
+// AddPod creates a pod namespace with ip (and ip6, if given: a dual-stack pod)
+// and starts its server on port 8080 (TCP, UDP and SCTP), then waits until the
+// node can reach it directly.
+func (n *Node) AddPod(ctx context.Context, name, ip string, ip6 ...string) (*Pod, error) {
+	if _, err := n.VM.Sh(ctx, fmt.Sprintf("bash /kpi/scripts/pod.sh add %s %s %s", name, ip, strings.Join(ip6, " "))); err != nil {
 		return nil, fmt.Errorf("creating pod %s: %w", name, err)
 	}
 	pid, err := n.VM.Start(ctx, "/tmp/pod-"+name+".log", "ip", "netns", "exec", name,
@@ -42,13 +44,20 @@ func (n *Node) AddPod(ctx context.Context, name, ip string) (*Pod, error) {
 		return nil, err
 	}
 	p := &Pod{Name: name, IP: ip, pid: pid}
+	addrs := []string{ip + ":8080"}
+	if len(ip6) > 0 {
+		p.IP6 = ip6[0]
+		addrs = append(addrs, "["+p.IP6+"]:8080")
+	}
 	err = Eventually(ctx, 30*time.Second, 300*time.Millisecond, func(ctx context.Context) error {
-		out, err := n.Client(ctx, "tcp", ip+":8080", 1)
-		if err != nil {
-			return err
-		}
-		if !strings.HasPrefix(out, name+" ") {
-			return fmt.Errorf("pod %s answered %q", name, out)
+		for _, a := range addrs {
+			out, err := n.Client(ctx, "tcp", a, 1)
+			if err != nil {
+				return err
+			}
+			if !strings.HasPrefix(out, name+" ") {
+				return fmt.Errorf("pod %s answered %q on %s", name, out, a)
+			}
 		}
 		return nil
 	})
@@ -93,7 +102,7 @@ mode: ipvs
 clientConnection:
   kubeconfig: /kpi/kube-proxy/kubeconfig
 hostnameOverride: ` + NodeName + `
-clusterCIDR: 10.244.0.0/16
+clusterCIDR: 10.244.0.0/16,fd00:244::/48
 metricsBindAddress: 127.0.0.1:10249
 healthzBindAddress: 0.0.0.0:10256
 conntrack:

@@ -23,6 +23,9 @@ const (
 	guestAgentAddr = "10.0.2.101:7000"
 	// NodeIP is the VM's eth0 address, the Node's InternalIP.
 	NodeIP = "10.0.2.15"
+	// NodeIP6 is the IPv6 address node-setup.sh gives eth0 (the node is
+	// dual-stack), the Node's second InternalIP.
+	NodeIP6 = "fd00:10::15"
 	// NodeName is the VM's hostname and Node object name.
 	NodeName = "kpi-node"
 )

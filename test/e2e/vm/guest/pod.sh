@@ -1,6 +1,7 @@
 #!/bin/bash
 # Pods are network namespaces on cbr0.
-#   pod.sh add NAME IP    namespace NAME, eth0=IP/24 on a veth in cbr0 (hairpin on)
+#   pod.sh add NAME IP [IP6]   namespace NAME, eth0=IP/24 (and IP6/64) on a veth
+#                              in cbr0 (hairpin on)
 #   pod.sh del NAME
 set -euo pipefail
 op=$1 name=$2
@@ -18,6 +19,10 @@ add)
 	ip -n "$name" addr add "$ip/24" dev eth0
 	ip -n "$name" link set eth0 up
 	ip -n "$name" route add default via 10.244.0.1
+	if [[ -n ${4:-} ]]; then
+		ip -n "$name" -6 addr add "$4/64" dev eth0 nodad
+		ip -n "$name" -6 route add default via fd00:244::1
+	fi
 	;;
 del)
 	ip netns del "$name"

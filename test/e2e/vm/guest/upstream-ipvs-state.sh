@@ -23,11 +23,13 @@ ipvsadm -A -t 10.0.2.90:80 -s rr
 ipvsadm -A -t 198.51.100.0:20000 -s rr
 ipvsadm -A -t 10.0.2.70:9999 -s wlc
 
-# Upstream names IPv6 sets KUBE-6-*; KUBE-6-LOAD-BALANCER-SOURCE-CIDR is 32
-# characters, one more than ipset allows, so upstream never has that one.
+# Upstream names IPv6 sets KUBE-6-* and cuts a name over ipset's 31
+# characters to 31 (KUBE-6-LOAD-BALANCER-SOURCE-CID,
+# KUBE-6-NODE-PORT-LOCAL-SCTP-HAS).
 mkset() {
-	((${#1} <= 31)) || return 0
-	ipset create "$@"
+	local name=${1:0:31}
+	shift
+	ipset create "$name" "$@"
 }
 for fam in inet inet6; do
 	p=KUBE-
