@@ -114,6 +114,7 @@ func createProxier(ctx context.Context, s *ProxyServer) (proxy.Provider, error) 
 		}
 		p, err := ipvsproxy.NewProxier(ctx, opts, ipvsproxy.Kernel{
 			IPVS: ipvsHandle, IPSet: ipsetHandle, IPTables: ipt, Netlink: nl, Sysctl: s.Sysctl, Conntrack: ct,
+			Reader: resyncReader(logger, family),
 		}, nil)
 		if err != nil {
 			return nil, fmt.Errorf("creating the %s proxier: %w", family, err)
@@ -234,4 +235,22 @@ func localDetectorArgs(logger klog.Logger, cfg *v1alpha1.KubeProxyConfiguration,
 		return []string{"!", "-i", cfg.DetectLocal.InterfaceNamePrefix + "+"}
 	}
 	return nil
+}
+
+// resyncReader opens the sockets a family's periodic resync reads the kernel on, so
+// that the writes of the syncs running meanwhile never wait behind its dumps. nil
+// (the reads then share the sync loop's sockets) when they cannot be opened.
+func resyncReader(logger klog.Logger, family v1.IPFamily) *ipvsproxy.KernelReader {
+	h, err := ipvs.New("")
+	if err != nil {
+		logger.Error(err, "Failed to open an IPVS socket for resync reads; they share the sync loop's", "ipFamily", family)
+		return nil
+	}
+	nl, err := netlink.New()
+	if err != nil {
+		h.Close()
+		logger.Error(err, "Failed to open an rtnetlink socket for resync reads; they share the sync loop's", "ipFamily", family)
+		return nil
+	}
+	return &ipvsproxy.KernelReader{IPVS: h, Netlink: nl}
 }

@@ -61,6 +61,7 @@ func (p *Proxier) processDraining(ctx context.Context, stats *SyncStats) {
 			}
 			// A copy: the list may be shared with the desired state.
 			a.rs = slices.DeleteFunc(slices.Clone(a.rs), func(e desiredRS) bool { return e.key == rk })
+			p.journal.noteVS(vk)
 			delete(p.draining, dk)
 		}
 	}

@@ -89,6 +89,9 @@ func newTestEnv(t *testing.T, family v1.IPFamily, mods ...func(*Options)) *testE
 		t.Fatalf("NewProxier: %v", err)
 	}
 	e.p = p
+	// A periodic resync's read runs at once, so the sync that starts it takes it
+	// (resync_test.go runs it later on purpose).
+	p.goResync = func(f func()) { f() }
 	return e
 }
 

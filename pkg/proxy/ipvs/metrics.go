@@ -45,6 +45,10 @@ func observeSync(family v1.IPFamily, full bool, elapsed time.Duration, stats Syn
 	metrics.SyncProxyRulesLastTimestamp.WithLabelValues(fam).SetToCurrentTime()
 }
 
+func observeResyncRead(family v1.IPFamily, elapsed time.Duration) {
+	metrics.ResyncReadDuration.WithLabelValues(string(family)).Observe(elapsed.Seconds())
+}
+
 // kernelOp is one kind of request sent across the kernel boundary, counted in
 // kubeproxy_ipvs_kernel_operations_total.
 type kernelOp int

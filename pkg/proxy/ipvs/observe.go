@@ -89,7 +89,9 @@ func (p *Proxier) excluded(ip net.IP) bool {
 // observe reads what the kernel holds for this family: one bulk IPVS read (GetAll:
 // the virtual servers and every real server, not one destination dump per virtual
 // server), one `ipset save`, one address dump.
-func (p *Proxier) observe(ctx context.Context, stats *SyncStats) (*appliedState, error) {
+// It runs in the sync loop or, for a periodic resync, beside it (with handles of its
+// own): it reads only what does not change after construction.
+func (p *Proxier) observe(ctx context.Context, ipvsH ipvs.Interface, nl netlink.Handle, stats *SyncStats) (*appliedState, error) {
 	st := &appliedState{
 		vs:      map[vsKey]*appliedVS{},
 		entries: sets.New[setEntry](),
@@ -99,7 +101,7 @@ func (p *Proxier) observe(ctx context.Context, stats *SyncStats) (*appliedState,
 	stats.count(opDumpIPVS)
 	// Only this family's, so the IPv6 proxier of an IPv4-only node reads no real
 	// server at all.
-	all, err := p.kernel.IPVS.GetAll(ctx, func(vs *ipvs.VirtualServer) bool {
+	all, err := ipvsH.GetAll(ctx, func(vs *ipvs.VirtualServer) bool {
 		return p.ourFamily(vs.Address) && !p.excluded(vs.Address)
 	})
 	if err != nil {
@@ -133,11 +135,11 @@ func (p *Proxier) observe(ctx context.Context, stats *SyncStats) (*appliedState,
 	}
 	// The device is created here, before its addresses are read, so a first start
 	// and a device someone deleted look alike: empty.
-	if _, err := p.kernel.Netlink.EnsureDummyDevice(ctx, netlink.DefaultDummyDevice); err != nil {
+	if _, err := nl.EnsureDummyDevice(ctx, netlink.DefaultDummyDevice); err != nil {
 		return nil, fmt.Errorf("ensuring dummy device %s: %w", netlink.DefaultDummyDevice, err)
 	}
 	stats.count(opDumpAddresses)
-	addrs, err := p.kernel.Netlink.ListBindAddress(ctx, netlink.DefaultDummyDevice)
+	addrs, err := nl.ListBindAddress(ctx, netlink.DefaultDummyDevice)
 	if err != nil {
 		return nil, fmt.Errorf("listing addresses of %s: %w", netlink.DefaultDummyDevice, err)
 	}

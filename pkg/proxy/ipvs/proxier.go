@@ -91,6 +91,16 @@ type Kernel struct {
 	Netlink   netlink.Handle
 	Sysctl    sysctl.Interface
 	Conntrack conntrack.Interface // may be nil: stale UDP flows are then left to expire
+	// Reader, if set, holds handles of their own (sockets the writes do not wait on)
+	// for the periodic resync's kernel reads, which run beside the sync loop
+	// (resync.go). Without it those reads share IPVS and Netlink.
+	Reader *KernelReader
+}
+
+// KernelReader is what a periodic resync reads the kernel through.
+type KernelReader struct {
+	IPVS    ipvs.Interface
+	Netlink netlink.Handle
 }
 
 // Proxier programs IPVS for one IP family.
@@ -148,6 +158,16 @@ type Proxier struct {
 	heldBackView heldBackView
 	// heldBackPublishedEmpty: the last published list was empty (skip republishing).
 	heldBackPublishedEmpty bool
+
+	// resync is the periodic resync's kernel read in flight beside the sync loop (nil
+	// when none), and journal the keys syncs wrote since it began (resync.go).
+	resync  *resyncRead
+	journal *journal
+	// goResync runs a resync's read; `go f()` but in tests.
+	goResync func(f func())
+	// resyncOps are the kernel operations of the last read taken, counted in the
+	// stats of the sync that takes it.
+	resyncOps [numKernelOps]int
 
 	// stats of the last sync, for tests and metrics
 	lastSync SyncStats
@@ -224,6 +244,7 @@ func NewProxier(ctx context.Context, opts Options, kernel Kernel, clk clock.Cloc
 		clusterKeys:      map[types.NamespacedName][]vsKey{},
 		extKeys:          map[types.NamespacedName][]vsKey{},
 		extClaims:        map[vsKey]sets.Set[types.NamespacedName]{},
+		goResync:         func(f func()) { go f() },
 	}
 	p.reverse = make(map[string]string, len(p.names))
 	for base, n := range p.names {
@@ -391,8 +412,25 @@ func (p *Proxier) syncProxyRules() {
 		return
 	}
 	start := p.clock.Now()
-	full := p.needFull || p.applied == nil || start.Sub(p.lastFull) >= p.opts.SyncPeriod
-	stats, err := p.sync(p.ctx, full)
+	// A full sync reads the kernel first. After a failure (or at start) that read is
+	// done here, holding back every change; a periodic resync reads beside the sync
+	// loop instead (resync.go), and the sync after the read ends is the full one.
+	full := p.needFull || p.applied == nil
+	var snap *appliedState
+	if !full {
+		if p.resync == nil && start.Sub(p.lastFull) >= p.opts.SyncPeriod {
+			p.startResync()
+		}
+		var err error
+		if snap, err = p.takeResync(); err != nil {
+			p.logger.Error(err, "Failed to read the kernel for a periodic resync; reading it again now")
+			full = true
+		}
+		full = full || snap != nil
+	} else if p.resync != nil {
+		p.dropResync() // the inline read below supersedes it
+	}
+	stats, err := p.sync(p.ctx, full, snap)
 	stats.Full, stats.Err = full, err
 	p.lastSync = stats
 	elapsed := p.clock.Since(start)

@@ -116,6 +116,7 @@ func (p *Proxier) resizeSet(ctx context.Context, spec *ipset.Set, stats *SyncSta
 	old := p.applied.sets[spec.Name]
 	p.applied.sets[spec.Name] = spec
 	p.setAppliedEntries(base, entries)
+	p.journal.noteSetRewrite(base)
 	p.logger.Info("Resized ipset", "ipset", spec.Name, "members", len(entries), "maxElem", spec.MaxElem, "previousMaxElem", old.MaxElem)
 	return nil
 }

@@ -52,8 +52,12 @@ type conntrackTarget struct {
 // touch, observe the kernel (full syncs), plan, execute. A write the kernel refuses
 // holds back only its object (retried with backoff, see retry.go); the error returned
 // is for failures no single object explains, after which the caller forgets p.applied.
-func (p *Proxier) sync(ctx context.Context, full bool) (SyncStats, error) {
+//
+// A full sync reads the kernel itself, unless snap holds what a resync read beside the
+// sync loop (already corrected for the writes made meanwhile).
+func (p *Proxier) sync(ctx context.Context, full bool, snap *appliedState) (SyncStats, error) {
 	var stats SyncStats
+	stats.ops, p.resyncOps = p.resyncOps, [numKernelOps]int{}
 	now := p.clock.Now()
 	svcResult := p.svcPortMap.Update(p.serviceChanges)
 	for name, ports := range svcResult.Ports {
@@ -109,9 +113,12 @@ func (p *Proxier) sync(ctx context.Context, full bool) (SyncStats, error) {
 	stats.Services = changed.Len()
 
 	if full {
-		observed, err := p.observe(ctx, &stats)
-		if err != nil {
-			return stats, err
+		observed := snap
+		if observed == nil {
+			var err error
+			if observed, err = p.observe(ctx, p.kernel.IPVS, p.kernel.Netlink, &stats); err != nil {
+				return stats, err
+			}
 		}
 		// With a trusted memory of the kernel, whatever a full sync has to write is
 		// drift: someone else changed the kernel (or we missed an event).
@@ -137,6 +144,9 @@ func (p *Proxier) sync(ctx context.Context, full bool) (SyncStats, error) {
 		}
 	}
 	p.dueRetries(now, t)
+	// A resync read in flight may have seen these keys before or after this sync
+	// writes them: it takes p.applied's word for them (resync.go).
+	p.journal.note(t)
 
 	outRules := p.outFilterRules(p.heldOutRules(now))
 	pl := planSync(&planInput{

@@ -113,4 +113,18 @@ var (
 		},
 		[]string{"ip_family", "reason"},
 	)
+
+	// ResyncReadDuration is how long a periodic resync's read of the kernel took: it
+	// runs beside the sync loop, so changes do not wait for it, and the full sync that
+	// follows it (kubeproxy_sync_full_proxy_rules_duration_seconds) no longer includes it.
+	ResyncReadDuration = metrics.NewHistogramVec(
+		&metrics.HistogramOpts{
+			Subsystem:      kubeProxySubsystem,
+			Name:           ipvsMetricPrefix + "resync_read_duration_seconds",
+			Help:           "Duration of a periodic resync's kernel read, made beside the sync loop, by IP family",
+			Buckets:        metrics.ExponentialBuckets(0.001, 2, 17),
+			StabilityLevel: metrics.ALPHA,
+		},
+		[]string{"ip_family"},
+	)
 )

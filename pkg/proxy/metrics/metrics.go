@@ -277,6 +277,7 @@ func registrables() []metrics.Registerable {
 		DriftRepairsTotal,
 		GracefulTerminationPending,
 		HeldBackObjects,
+		ResyncReadDuration,
 	}
 }
 

@@ -1,0 +1,154 @@
+package ipvs
+
+import (
+	"time"
+
+	"k8s.io/apimachinery/pkg/util/sets"
+)
+
+// A periodic resync reads what the kernel holds (every virtual server and real server,
+// every set member, kube-ipvs0's addresses) and repairs what differs. At 10k Services
+// that read takes seconds on a busy or emulated node, and a change that arrived during
+// it used to wait for all of it. So the read runs beside the sync loop, on handles of
+// its own, while syncs go on applying changes; the sync after it ends is the full one.
+//
+// A read that overlaps writes may have seen a key before or after a write. The syncs
+// made during the read note every key they touch in a journal; when the read is taken,
+// those keys get p.applied's value (what the writes left, as far as they succeeded)
+// instead of the read's. Drift on such a key is found by the next resync. Everything
+// else the read saw is as it was, and is repaired as before.
+
+// resyncRead is one read in flight.
+type resyncRead struct {
+	done    chan struct{}
+	started time.Time
+	state   *appliedState
+	stats   SyncStats
+	err     error
+}
+
+// journal lists the keys written since a resync read began.
+type journal struct {
+	vs      sets.Set[vsKey]
+	entries sets.Set[setEntry]
+	addrs   sets.Set[string]
+	// rewritten are the sets (base names) whose headers and members were rewritten
+	// whole (resized).
+	rewritten sets.Set[string]
+}
+
+// note records the keys a sync touches (nil journal: no read in flight).
+func (j *journal) note(t *touched) {
+	if j == nil {
+		return
+	}
+	j.vs = j.vs.Union(t.vs)
+	j.entries = j.entries.Union(t.entries)
+	j.addrs = j.addrs.Union(t.addrs)
+}
+
+func (j *journal) noteVS(k vsKey) {
+	if j != nil {
+		j.vs.Insert(k)
+	}
+}
+
+func (j *journal) noteSetRewrite(base string) {
+	if j != nil {
+		j.rewritten.Insert(base)
+	}
+}
+
+// correct gives the journal's keys their applied value in snap.
+func (j *journal) correct(snap, applied *appliedState) {
+	for k := range j.vs {
+		if a, ok := applied.vs[k]; ok {
+			snap.vs[k] = a
+		} else {
+			delete(snap.vs, k)
+		}
+	}
+	for e := range j.entries {
+		if applied.entries.Has(e) {
+			snap.entries.Insert(e)
+		} else {
+			snap.entries.Delete(e)
+		}
+	}
+	for a := range j.addrs {
+		if applied.addrs.Has(a) {
+			snap.addrs.Insert(a)
+		} else {
+			snap.addrs.Delete(a)
+		}
+	}
+	for base := range j.rewritten {
+		for e := range snap.entries {
+			if e.set == base {
+				snap.entries.Delete(e)
+			}
+		}
+		for e := range applied.entries {
+			if e.set == base {
+				snap.entries.Insert(e)
+			}
+		}
+	}
+	if j.rewritten.Len() > 0 {
+		// Headers: the applied ones are what the resizes left.
+		for name, hdr := range applied.sets {
+			snap.sets[name] = hdr
+		}
+	}
+}
+
+// startResync starts a resync read beside the sync loop.
+func (p *Proxier) startResync() {
+	r := &resyncRead{done: make(chan struct{}), started: p.clock.Now()}
+	p.resync = r
+	p.journal = &journal{vs: sets.New[vsKey](), entries: sets.New[setEntry](), addrs: sets.New[string](), rewritten: sets.New[string]()}
+	ipvsH, nl := p.kernel.IPVS, p.kernel.Netlink
+	if p.kernel.Reader != nil {
+		ipvsH, nl = p.kernel.Reader.IPVS, p.kernel.Reader.Netlink
+	}
+	ctx := p.ctx
+	p.goResync(func() {
+		defer close(r.done)
+		r.state, r.err = p.observe(ctx, ipvsH, nl, &r.stats)
+		if p.syncRunner != nil {
+			p.syncRunner.Run() // the next sync takes it
+		}
+	})
+}
+
+// takeResync returns the finished read, corrected by the journal, or nil while it runs
+// (or when none is in flight). It must run in the sync loop.
+func (p *Proxier) takeResync() (*appliedState, error) {
+	r := p.resync
+	if r == nil {
+		return nil, nil
+	}
+	select {
+	case <-r.done:
+	default:
+		return nil, nil
+	}
+	j := p.journal
+	p.resync, p.journal = nil, nil
+	observeResyncRead(p.opts.IPFamily, p.clock.Since(r.started))
+	for op, n := range r.stats.ops {
+		p.resyncOps[op] += n
+	}
+	if r.err != nil {
+		return nil, r.err
+	}
+	j.correct(r.state, p.applied)
+	p.logger.V(2).Info("Periodic resync read the kernel beside the sync loop", "elapsed", p.clock.Since(r.started),
+		"virtualServers", len(r.state.vs), "journaledVirtualServers", j.vs.Len(), "journaledEntries", j.entries.Len())
+	return r.state, nil
+}
+
+// dropResync forgets the read in flight (its result is never used).
+func (p *Proxier) dropResync() {
+	p.resync, p.journal = nil, nil
+}

@@ -1,0 +1,131 @@
+package ipvs
+
+import (
+	"context"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+
+	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/ipvs"
+)
+
+// gatedReader reads the kernel when GetAll is called, then holds the answer until the
+// test releases it: a periodic resync's read that takes long, while syncs go on.
+type gatedReader struct {
+	ipvs.Interface
+	read    chan struct{} // closed once the kernel was read
+	release chan struct{}
+}
+
+func (g *gatedReader) GetAll(ctx context.Context, keep func(*ipvs.VirtualServer) bool) ([]ipvs.VirtualServerDump, error) {
+	out, err := g.Interface.GetAll(ctx, keep)
+	close(g.read)
+	<-g.release
+	return out, err
+}
+
+// TestResyncReadsBesideTheSyncLoop: a periodic resync reads the kernel beside the sync
+// loop. A change that arrives while the read runs is applied at once by a partial sync;
+// the full sync that takes the read trusts what that sync wrote over the read's older
+// view of the same keys (it neither re-adds nor removes them), and still repairs the
+// drift the read saw elsewhere.
+func TestResyncReadsBesideTheSyncLoop(t *testing.T) {
+	e := newTestEnv(t, v1.IPv4Protocol)
+	web := makeService("ns", "web", clusterIP("10.96.0.1"), port("p", v1.ProtocolTCP, 80, 0))
+	db := makeService("ns", "db", clusterIP("10.96.0.2"), port("p", v1.ProtocolTCP, 5432, 0))
+	e.start(web, makeSlice("ns", "web", "w-1", tcp("p", 80), endpoint("10.244.2.1")),
+		db, makeSlice("ns", "db", "d-1", tcp("p", 5432), endpoint("10.244.2.9")))
+
+	g := &gatedReader{Interface: e.ipvs, read: make(chan struct{}), release: make(chan struct{})}
+	e.p.kernel.Reader = &KernelReader{IPVS: g, Netlink: e.nl}
+	e.p.goResync = func(f func()) { go f() }
+
+	// Drift the read will see: db's real server deleted by someone else.
+	dbVS := &ipvs.VirtualServer{Address: net.ParseIP("10.96.0.2"), Protocol: ipvs.TCP, Port: 5432}
+	if err := e.ipvs.DeleteRealServer(context.Background(), dbVS, &ipvs.RealServer{Address: net.ParseIP("10.244.2.9"), Port: 5432}); err != nil {
+		t.Fatal(err)
+	}
+
+	e.clock.Step(e.opts.SyncPeriod)
+	if st := e.mustSync(); st.Full {
+		t.Fatalf("the sync that starts a resync read must not wait for it: %+v", st)
+	}
+	r := e.p.resync
+	if r == nil {
+		t.Fatal("no resync read started after the sync period")
+	}
+	<-g.read // the read has seen the kernel; its answer is not in yet
+
+	// A change while the read runs: applied at once, by a partial sync.
+	e.add(makeSlice("ns", "web", "w-1", tcp("p", 80), endpoint("10.244.2.1"), endpoint("10.244.2.2")))
+	e.ipvs.ResetOps()
+	if st := e.mustSync(); st.Full {
+		t.Fatalf("a change waited for the resync read: %+v", st)
+	}
+	if d := e.ipvs.Dump(); !strings.Contains(d, "-> 10.244.2.2:80") {
+		t.Fatalf("the change is not in the kernel while the read runs:\n%s", d)
+	}
+	if ops := e.ipvs.Ops(); ops[ipvs.OpAddRS] != 1 {
+		t.Errorf("partial sync ops %v, want the one real server add", ops)
+	}
+
+	close(g.release)
+	select {
+	case <-r.done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the resync read did not finish")
+	}
+	e.ipvs.ResetOps()
+	st := e.mustSync()
+	if !st.Full || st.Failed != 0 {
+		t.Fatalf("the sync after the read: %+v, want a full sync without failures", st)
+	}
+	ops := e.ipvs.Ops()
+	// The read's view of web (one real server) is older than the partial sync's
+	// write: trusting it would add 10.244.2.2 again (EEXIST). Only db is repaired.
+	if ops[ipvs.OpAddRS] != 1 || ops[ipvs.OpDelRS] != 0 || ops[ipvs.OpUpdateRS] != 0 {
+		t.Errorf("full sync ops %v, want exactly one real server add (db's repair)", ops)
+	}
+	d := e.ipvs.Dump()
+	for _, want := range []string{"-> 10.244.2.1:80", "-> 10.244.2.2:80", "-> 10.244.2.9:5432"} {
+		if !strings.Contains(d, want) {
+			t.Errorf("missing %q after the resync:\n%s", want, d)
+		}
+	}
+	if e.p.resync != nil || e.p.journal != nil {
+		t.Error("the read and its journal outlived the sync that took them")
+	}
+}
+
+// TestResyncReadDroppedByFailure: a sync that fails while a resync read runs makes the
+// next sync read the kernel itself; the read in flight is never used.
+func TestResyncReadDroppedByFailure(t *testing.T) {
+	e := newTestEnv(t, v1.IPv4Protocol)
+	e.start(makeService("ns", "web", clusterIP("10.96.0.1"), port("p", v1.ProtocolTCP, 80, 0)),
+		makeSlice("ns", "web", "w-1", tcp("p", 80), endpoint("10.244.2.1")))
+	var pending func()
+	e.p.goResync = func(f func()) { pending = f }
+	e.clock.Step(e.opts.SyncPeriod)
+	e.mustSync()
+	if pending == nil || e.p.resync == nil {
+		t.Fatal("no resync read started")
+	}
+	e.p.needFull = true // as after a failed sync
+	e.ipvs.ResetOps()
+	if st := e.mustSync(); !st.Full {
+		t.Fatalf("want an inline full sync, got %+v", st)
+	}
+	if ops := e.ipvs.Ops(); ops[ipvs.OpGetAll] != 1 {
+		t.Errorf("ops %v: the full sync must read the kernel itself", ops)
+	}
+	if e.p.resync != nil {
+		t.Error("the read in flight was not dropped")
+	}
+	pending() // finishes late: nobody takes it
+	if st := e.mustSync(); st.Full {
+		t.Errorf("a dropped read made a full sync: %+v", st)
+	}
+}
