@@ -70,7 +70,11 @@ func (p *Proxier) sync(ctx context.Context, full bool, snap *appliedState) (Sync
 	epResult := p.endpointsMap.Update(p.endpointsChanges)
 	observeChangesApplied()
 
-	rebuildAll := full || p.nodeLabelsChanged
+	// Every Service's desired state is rebuilt at start and after a failure. A periodic
+	// resync (snap) repairs the kernel, not the desired state: that changed only with
+	// the inputs, which every partial sync has followed, so it is rebuilt only when a
+	// node-wide input changed.
+	rebuildAll := (full && snap == nil) || p.nodeLabelsChanged
 	p.bc.nodeLabels = p.nodeLabels
 	p.nodeLabelsChanged = false
 
