@@ -92,6 +92,7 @@ func (p *Proxier) execute(ctx context.Context, pl *syncPlan, outRules []string, 
 		}
 	}
 	loud := p.quietRefusals(ctx, pl.quiet, stats)
+	var creates, rest []*vsPlan
 	for i := range pl.vs {
 		vp := &pl.vs[i]
 		if cause := blocked[vp.owner]; cause != nil && vp.owner.Name != "" {
@@ -99,6 +100,14 @@ func (p *Proxier) execute(ctx context.Context, pl *syncPlan, outRules []string, 
 				what: "virtual server " + vp.key.String() + " (waiting for " + cause.what + ")", owners: ownerList(vp.owner), err: cause.err})
 			continue
 		}
+		if vp.action == vsCreate {
+			creates = append(creates, vp)
+		} else {
+			rest = append(rest, vp)
+		}
+	}
+	rest = append(p.executeCreates(ctx, creates, stats, ct, out), rest...)
+	for _, vp := range rest {
 		p.executeVirtualServer(ctx, vp, stats, ct, out)
 	}
 	loud()
@@ -342,6 +351,64 @@ func (p *Proxier) executeVirtualServer(ctx context.Context, vp *vsPlan, stats *S
 	if changedRS {
 		p.noteConntrack(a.vs, ct)
 	}
+}
+
+// executeCreates sends the new virtual servers and their real servers to the kernel
+// pipelined (ipvs.Write: many requests per send, each acknowledged on its own): at
+// start-up that is every Service, which one request at a time costs a minute at 10k
+// under emulation. A virtual server the kernel refuses to add (it exists: someone made
+// it since we looked; a scheduler this node lacks) is returned, to go the one-at-a-time
+// way, which knows what to do about it; its real servers were refused with it.
+func (p *Proxier) executeCreates(ctx context.Context, creates []*vsPlan, stats *SyncStats, ct *[]conntrackTarget, out *outcome) (again []*vsPlan) {
+	if len(creates) == 0 {
+		return nil
+	}
+	var writes []ipvs.Write
+	first := make([]int, len(creates))
+	for i, vp := range creates {
+		first[i] = len(writes)
+		writes = append(writes, ipvs.Write{Kind: ipvs.WriteAddVirtualServer, VS: vp.spec})
+		stats.count(opAddVirtualServer)
+		for _, s := range vp.steps {
+			if s.action == rsAdd {
+				writes = append(writes, ipvs.Write{Kind: ipvs.WriteAddRealServer, VS: vp.spec, RS: s.want.key.realServer(s.want.weight)})
+				stats.count(opAddRealServer)
+			}
+		}
+	}
+	stats.IPVSOps += len(writes)
+	errs := p.kernel.IPVS.Write(ctx, writes)
+	for i, vp := range creates {
+		w := first[i]
+		if errs[w] != nil {
+			again = append(again, vp)
+			continue
+		}
+		a := &appliedVS{vs: vp.spec}
+		p.applied.vs[vp.key] = a
+		next := make([]desiredRS, 0, len(vp.steps))
+		for _, s := range vp.steps {
+			if s.action != rsAdd {
+				continue
+			}
+			w++
+			if err := errs[w]; err != nil {
+				out.fail(failure{key: retryKey{kind: retryVS, vs: vp.key}, layer: heldBackIPVS,
+					what: "real server " + s.want.key.String() + " of " + vp.key.String(), owners: ownerList(vp.owner),
+					err: fmt.Errorf("adding real server %s to %s: %w", s.want.key, vp.key, err)})
+				continue
+			}
+			next = append(next, s.want)
+		}
+		if slices.Equal(next, vp.desired.realServers) {
+			next = vp.desired.realServers
+		}
+		a.rs = next
+		if len(next) > 0 {
+			p.noteConntrack(a.vs, ct)
+		}
+	}
+	return again
 }
 
 // writeVirtualServer adds (or updates) a virtual server. When the kernel refuses a

@@ -61,6 +61,10 @@ func (x *faultyIPVS) AddRealServer(ctx context.Context, vs *ipvs.VirtualServer, 
 	return x.Interface.AddRealServer(ctx, vs, rs)
 }
 
+func (x *faultyIPVS) Write(ctx context.Context, writes []ipvs.Write) []error {
+	return writeEach(ctx, x, writes)
+}
+
 type faultyNetlink struct {
 	netlink.Handle
 	f *stickyFault

@@ -318,3 +318,28 @@ func makeSlice(ns, svc, name string, ports []slicePort, eps ...discovery.Endpoin
 
 func tcp(name string, p int32) []slicePort { return []slicePort{{name, v1.ProtocolTCP, p}} }
 func udp(name string, p int32) []slicePort { return []slicePort{{name, v1.ProtocolUDP, p}} }
+
+// writeEach answers a pipelined Write through h's single calls, one by one, as the
+// kernel answers each request of a batch: a wrapper that refuses some calls refuses
+// them in a Write too.
+func writeEach(ctx context.Context, h ipvs.Interface, writes []ipvs.Write) []error {
+	errs := make([]error, len(writes))
+	for i, w := range writes {
+		switch w.Kind {
+		case ipvs.WriteAddVirtualServer:
+			errs[i] = h.AddVirtualServer(ctx, w.VS)
+		case ipvs.WriteUpdateVirtualServer:
+			errs[i] = h.UpdateVirtualServer(ctx, w.VS)
+		case ipvs.WriteDeleteVirtualServer:
+			errs[i] = h.DeleteVirtualServer(ctx, w.VS)
+		case ipvs.WriteAddRealServer:
+			errs[i] = h.AddRealServer(ctx, w.VS, w.RS)
+		case ipvs.WriteUpdateRealServer:
+			errs[i] = h.UpdateRealServer(ctx, w.VS, w.RS)
+		case ipvs.WriteDeleteRealServer:
+			errs[i] = h.DeleteRealServer(ctx, w.VS, w.RS)
+		}
+	}
+	return errs
+}
+

@@ -129,3 +129,58 @@ func TestResyncReadDroppedByFailure(t *testing.T) {
 		t.Errorf("a dropped read made a full sync: %+v", st)
 	}
 }
+
+// countingWrites counts pipelined Writes and single virtual server adds; before runs
+// once, just before the first Write.
+type countingWrites struct {
+	ipvs.Interface
+	writes, singles int
+	before          func()
+}
+
+func (c *countingWrites) Write(ctx context.Context, ws []ipvs.Write) []error {
+	c.writes++
+	if c.before != nil {
+		c.before()
+		c.before = nil
+	}
+	return c.Interface.Write(ctx, ws)
+}
+
+func (c *countingWrites) AddVirtualServer(ctx context.Context, vs *ipvs.VirtualServer) error {
+	c.singles++
+	return c.Interface.AddVirtualServer(ctx, vs)
+}
+
+// TestCreatesArePipelined: the virtual servers a sync creates, with their real
+// servers, go to the kernel in one pipelined Write; one the kernel refuses to add
+// (someone created it after the sync read the kernel) is taken over one at a time.
+func TestCreatesArePipelined(t *testing.T) {
+	e := newTestEnv(t, v1.IPv4Protocol)
+	c := &countingWrites{Interface: e.ipvs}
+	e.p.kernel.IPVS = c
+	c.before = func() {
+		if err := e.ipvs.AddVirtualServer(context.Background(), &ipvs.VirtualServer{Address: net.ParseIP("10.96.0.2"), Protocol: ipvs.TCP, Port: 80, Scheduler: "lc"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e.start(makeService("ns", "a", clusterIP("10.96.0.1"), port("p", v1.ProtocolTCP, 80, 0)),
+		makeSlice("ns", "a", "a-1", tcp("p", 80), endpoint("10.244.2.1"), endpoint("10.244.2.2")),
+		makeService("ns", "b", clusterIP("10.96.0.2"), port("p", v1.ProtocolTCP, 80, 0)),
+		makeSlice("ns", "b", "b-1", tcp("p", 80), endpoint("10.244.2.3")))
+	if st := e.p.LastSyncStats(); st.Failed != 0 {
+		t.Errorf("failed = %d", st.Failed)
+	}
+	if c.writes != 1 || c.singles != 1 {
+		t.Errorf("%d pipelined writes and %d single adds, want 1 and 1 (the taken-over virtual server)", c.writes, c.singles)
+	}
+	d := e.ipvs.Dump()
+	for _, want := range []string{
+		"TCP  10.96.0.1:80 rr\n  -> 10.244.2.1:80 Masq 1 0 0\n  -> 10.244.2.2:80 Masq 1 0 0\n",
+		"TCP  10.96.0.2:80 rr\n  -> 10.244.2.3:80 Masq 1 0 0\n",
+	} {
+		if !strings.Contains(d, want) {
+			t.Errorf("missing %q in:\n%s", want, d)
+		}
+	}
+}

@@ -143,6 +143,10 @@ func (r *refusingScheduler) UpdateVirtualServer(ctx context.Context, vs *ipvs.Vi
 	return r.Interface.UpdateVirtualServer(ctx, vs)
 }
 
+func (r *refusingScheduler) Write(ctx context.Context, writes []ipvs.Write) []error {
+	return writeEach(ctx, r, writes)
+}
+
 // TestSchedulerBadValues: an unknown scheduler, and one whose module the kernel lacks,
 // are the Service's problem only: one Warning Event, the configured scheduler, and the
 // other Services' changes in the same sync go in.
