@@ -342,4 +342,3 @@ func writeEach(ctx context.Context, h ipvs.Interface, writes []ipvs.Write) []err
 	}
 	return errs
 }
-
