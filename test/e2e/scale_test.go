@@ -11,7 +11,11 @@
 // KPI_UPSTREAM_KUBE_PROXY), or "ours,upstream", which ends with a side-by-side
 // table (SCALE-CMP lines) with the ratio upstream / ours of every figure.
 // KPI_SCALE_SERVICES (default 1000, at most 20000) changes the Service count,
-// KPI_SCALE_CHANGES (default 10) the number of one-endpoint changes, and
+// KPI_SCALE_CHANGES (default 10) the number of one-endpoint changes,
+// KPI_SCALE_CHANGE_GAP (default 0) a pause between two changes (so that they
+// fall before, during and after periodic resyncs), KPI_SCALE_CHANGE_MAX
+// (default 1s for ours, 0 = none) the bound no change of ours may exceed and
+// KPI_SCALE_CHANGE_P99 (default none) the bound on its p99, and
 // KPI_SCALE_SYNC_PERIOD (e.g. 30s) replaces the ipvs.syncPeriod of
 // framework.KubeProxyConfig (10s), KPI_SCALE_PROGRAM_TIMEOUT (default 15m) the
 // start-up bound, KPI_SCALE_LOG_DIR keeps each daemon's log there. KPI_VM_MEM
@@ -251,6 +255,7 @@ type scaleSyncs struct {
 	all, full, partial       float64 // counts
 	allSum, fullSum, partSum float64 // seconds
 	fullOK                   bool    // the full-sync histogram exists (ours; upstream has none: every sync is full)
+	reads, readSum           float64 // periodic resync reads beside the sync loop (ours)
 }
 
 func scaleReadSyncs(t *testing.T, ctx context.Context) (scaleSyncs, string) {
@@ -264,10 +269,11 @@ func scaleReadSyncs(t *testing.T, ctx context.Context) (scaleSyncs, string) {
 	s.all, s.allSum, _ = framework.HistogramSummary(page, "kubeproxy_sync_proxy_rules_duration_seconds")
 	s.full, s.fullSum, s.fullOK = framework.HistogramSummary(page, "kubeproxy_sync_full_proxy_rules_duration_seconds")
 	s.partial, s.partSum, _ = framework.HistogramSummary(page, "kubeproxy_sync_partial_proxy_rules_duration_seconds")
+	s.reads, s.readSum, _ = framework.HistogramSummary(page, "kubeproxy_ipvs_resync_read_duration_seconds")
 	for _, h := range []struct {
 		name   string
 		n, sum float64
-	}{{"sync_proxy_rules", s.all, s.allSum}, {"sync_full_proxy_rules", s.full, s.fullSum}, {"sync_partial_proxy_rules", s.partial, s.partSum}} {
+	}{{"sync_proxy_rules", s.all, s.allSum}, {"sync_full_proxy_rules", s.full, s.fullSum}, {"sync_partial_proxy_rules", s.partial, s.partSum}, {"ipvs_resync_read (beside the sync loop)", s.reads, s.readSum}} {
 		mean := 0.0
 		if h.n > 0 {
 			mean = h.sum / h.n
@@ -407,6 +413,23 @@ func TestScaleVM(t *testing.T) {
 		}
 		nchanges = n
 	}
+	if v := os.Getenv("KPI_SCALE_CHANGE_GAP"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d < 0 {
+			t.Fatalf("KPI_SCALE_CHANGE_GAP=%q: want a duration", v)
+		}
+		scaleChangeGap = d
+	}
+	changeMax, changeP99 := time.Second, time.Duration(0)
+	for env, bound := range map[string]*time.Duration{"KPI_SCALE_CHANGE_MAX": &changeMax, "KPI_SCALE_CHANGE_P99": &changeP99} {
+		if v := os.Getenv(env); v != "" {
+			d, err := time.ParseDuration(v)
+			if err != nil || d < 0 {
+				t.Fatalf("%s=%q: want a duration (0: no bound)", env, v)
+			}
+			*bound = d
+		}
+	}
 	config := framework.KubeProxyConfig("")
 	syncPeriod := "10s"
 	if v := os.Getenv("KPI_SCALE_SYNC_PERIOD"); v != "" {
@@ -507,7 +530,21 @@ func TestScaleVM(t *testing.T) {
 	if len(all) == 2 {
 		scaleCompare(all[1], all[0], nsvc)
 	}
+	for _, f := range all {
+		if f.name != "ours" || len(f.lat) == 0 {
+			continue
+		}
+		if m := scaleMax(f.lat); changeMax > 0 && m > changeMax {
+			t.Errorf("ours: a one-endpoint change took %s, over the bound of %s (KPI_SCALE_CHANGE_MAX)", scaleMs(m), scaleMs(changeMax))
+		}
+		if p99 := scalePercentile(f.lat, 99); changeP99 > 0 && p99 > changeP99 {
+			t.Errorf("ours: one-endpoint changes p99 %s, over the bound of %s (KPI_SCALE_CHANGE_P99)", scaleMs(p99), scaleMs(changeP99))
+		}
+	}
 }
+
+// scaleChangeGap is the pause between two one-endpoint changes (KPI_SCALE_CHANGE_GAP).
+var scaleChangeGap time.Duration
 
 func scaleHostCPU() string {
 	host, _ := os.ReadFile("/proc/cpuinfo")
@@ -714,6 +751,7 @@ wait:
 		iters += a
 		loopms += m
 		detail = append(detail, fmt.Sprintf("%s (%s -> %s) %s", b.Service.Name, old, newIP, scaleMs(d)))
+		time.Sleep(scaleChangeGap)
 	}
 	// At least one periodic full resync after the start-up one, to time it.
 	period, _ := time.ParseDuration(syncPeriod)
@@ -747,6 +785,9 @@ wait:
 		scaleMs(scaleMedian(writes)), scaleMs(scaleMax(writes)), iterMs)
 	say("  each: %s", strings.Join(detail, ", "))
 	say("full resyncs after the start-up (daemon's histograms%s): %d, mean %s", map[bool]string{true: "", false: "; every upstream sync is a full one"}[afterChanges.fullOK], f.fullCount, scaleMs(f.fullMean))
+	if n := afterChanges.reads - afterStart.reads; n > 0 {
+		say("periodic resync reads beside the sync loop (changes do not wait for them): %.0f, mean %s", n, scaleMs(time.Duration((afterChanges.readSum-afterStart.readSum)/n*float64(time.Second))))
+	}
 	say("  daemon's view at the end: %s", afterChangesText)
 	say("memory at the end: RSS %.0f MiB, peak RSS %.0f MiB", f.rss, f.hwm)
 	return f
