@@ -5,10 +5,13 @@
 # which the development host lacks). Every package's whole test suite runs there,
 # its host-level tests included, against that kernel.
 #
-#   hack/vmtest.sh [-run REGEXP] [PACKAGE...]
+#   hack/vmtest.sh [-run REGEXP] [PACKAGE[:REGEXP]...]
 #
 # PACKAGE defaults to the kernel layers: ./pkg/util/ipvs ./pkg/util/netlink
-# ./pkg/util/conntrack ./pkg/util/sysctl. Binaries go to _output/vmtest/.
+# ./pkg/util/conntrack ./pkg/util/sysctl, and the VM tests of the command
+# (./cmd/kube-proxy/app:^TestVM: --init-only's sysctls; the package's other tests
+# read testdata the VM does not have and run on the host). PACKAGE:REGEXP runs
+# only that package's tests matching REGEXP. Binaries go to _output/vmtest/.
 # Exit status: non-zero when any test binary fails (or the VM does).
 set -euo pipefail
 
@@ -19,18 +22,25 @@ if [[ ${1:-} == -run ]]; then
 	shift 2
 fi
 pkgs=("$@")
-((${#pkgs[@]})) || pkgs=(./pkg/util/ipvs ./pkg/util/netlink ./pkg/util/conntrack ./pkg/util/sysctl)
+((${#pkgs[@]})) || pkgs=(./pkg/util/ipvs ./pkg/util/netlink ./pkg/util/conntrack ./pkg/util/sysctl ./cmd/kube-proxy/app:^TestVM)
 
 out=_output/vmtest
 mkdir -p "$out"
 files=()
 names=()
+runs=()
 for p in "${pkgs[@]}"; do
+	prun=$run
+	if [[ $p == *:* ]]; then
+		prun=${p#*:}
+		p=${p%%:*}
+	fi
 	name=$(basename "$p").test
 	echo "vmtest: building $p" >&2
 	CGO_ENABLED=0 go test -c -tags vmtest -o "$out/$name" "$p"
 	files+=("$PWD/$out/$name=/kpi/bin/$name")
 	names+=("$name")
+	runs+=("$prun")
 done
 
 # The VM runs one program: this runner, which runs every binary and reports.
@@ -38,10 +48,11 @@ runner=$out/run-vmtests.sh
 {
 	echo '#!/bin/bash'
 	echo 'rc=0'
-	for n in "${names[@]}"; do
+	for i in "${!names[@]}"; do
+		n=${names[$i]}
 		printf 'echo "=== vmtest: %s"\n' "$n"
 		printf 'if /kpi/bin/%q -test.v -test.count=1' "$n"
-		[[ -n $run ]] && printf ' -test.run %q' "$run"
+		[[ -n ${runs[$i]} ]] && printf ' -test.run %q' "${runs[$i]}"
 		printf '; then echo "=== vmtest: %s PASS"; else echo "=== vmtest: %s FAIL"; rc=1; fi\n' "$n" "$n"
 	done
 	echo 'exit $rc'
