@@ -8,6 +8,7 @@ import (
 	"math/rand"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -89,7 +90,7 @@ func TestTwoNodeSoak(t *testing.T) {
 	startClient := func(name, netns, proto, addr string) {
 		c := &client{name: name, log: fmt.Sprintf("/tmp/soak-client-%d.log", len(clients))}
 		pid, err := vm.Start(ctx, c.log, "ip", "netns", "exec", netns, "/kpi/bin/e2e-agent", "client", "--proto", proto,
-			"--addr", addr, "--count", "0", "--interval", "200ms", "--timeout", "6s")
+			"--addr", addr, "--count", "0", "--interval", "200ms", "--timeout", "6s", "--stamp")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -428,6 +429,28 @@ func TestTwoNodeSoak(t *testing.T) {
 		}
 	}
 	fmt.Fprintf(&report, "\nfailed requests in total: %d\n", totalFailed)
+	if totalFailed > 0 {
+		// Each failure with its time in the soak (the guest's clock) and its error, to
+		// set against the events above.
+		fmt.Fprintf(&report, "\n```\n")
+		for _, c := range clients {
+			out, _ := vm.Sh(context.Background(), "grep '^ERROR' "+c.log+" | head -50")
+			for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+				if line == "" {
+					continue
+				}
+				at := ""
+				if i := strings.LastIndex(line, " at="); i >= 0 {
+					if ms, err := strconv.ParseInt(line[i+4:], 10, 64); err == nil {
+						at = time.UnixMilli(ms).Sub(start).Round(time.Second).String()
+						line = line[:i]
+					}
+				}
+				fmt.Fprintf(&report, "%8s  %s  %s\n", at, c.name, line)
+			}
+		}
+		fmt.Fprintf(&report, "```\n")
+	}
 	if totalFailed != 0 {
 		t.Errorf("%d client requests failed during the soak (every endpoint change of the Service the clients use is graceful)", totalFailed)
 	}
