@@ -65,7 +65,10 @@ func TestPerServiceScheduler(t *testing.T) {
 	vip := svc.Spec.ClusterIP + ":80"
 	waitRealServers(t, ctx, "TCP", vip, masq(pods))
 
-	l := startLoad(t, ctx, "", "tcp", vip, 20*time.Millisecond, "--stamp")
+	// A 6 s timeout: a SYN the swap dropped is sent again after 1 s and 3 s, and on
+	// a starved emulated host a connection can be slow for reasons of its own; a
+	// refusal is a failure whatever the timeout.
+	l := startLoad(t, ctx, "", "tcp", vip, 20*time.Millisecond, "--stamp", "--timeout", "6s")
 	_, lastConns := vsHeader(t, ctx, vip)
 	steps := []struct {
 		ann  map[string]string

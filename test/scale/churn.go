@@ -93,6 +93,22 @@ func (w *watchedIPVS) AddRealServer(ctx context.Context, vs *ipvs.VirtualServer,
 	if err != nil {
 		return err
 	}
+	w.added(vs, rs)
+	return nil
+}
+
+// Write is how the proxier adds new virtual servers with their real servers.
+func (w *watchedIPVS) Write(ctx context.Context, writes []ipvs.Write) []error {
+	errs := w.Interface.Write(ctx, writes)
+	for i, wr := range writes {
+		if wr.Kind == ipvs.WriteAddRealServer && errs[i] == nil {
+			w.added(wr.VS, wr.RS)
+		}
+	}
+	return errs
+}
+
+func (w *watchedIPVS) added(vs *ipvs.VirtualServer, rs *ipvs.RealServer) {
 	now := time.Now()
 	k := watchKey(vs, rs)
 	w.mu.Lock()
@@ -105,7 +121,6 @@ func (w *watchedIPVS) AddRealServer(ctx context.Context, vs *ipvs.VirtualServer,
 		delete(w.waiters, k)
 	}
 	w.mu.Unlock()
-	return nil
 }
 
 // expect records that a write made at t0 must produce key.
