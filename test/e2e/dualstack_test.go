@@ -26,22 +26,7 @@ import (
 // and fd00:244::<first+i>.
 func addDualPods(t *testing.T, ctx context.Context, prefix string, first, n int) []*framework.Pod {
 	t.Helper()
-	var pods []*framework.Pod
-	for i := 0; i < n; i++ {
-		p, err := node.AddPod(ctx, fmt.Sprintf("%s-%c", prefix, 'a'+i), fmt.Sprintf("10.244.0.%d", first+i), fmt.Sprintf("fd00:244::%d", first+i))
-		if err != nil {
-			t.Fatal(err)
-		}
-		pods = append(pods, p)
-	}
-	t.Cleanup(func() {
-		for _, p := range pods {
-			if err := node.DeletePod(context.Background(), p); err != nil {
-				t.Errorf("deleting pod %s: %v", p.Name, err)
-			}
-		}
-	})
-	return pods
+	return addPodsOf(t, ctx, prefix, first, n, true)
 }
 
 // TestDualStack: on a dual-stack node a RequireDualStack NodePort Service over two

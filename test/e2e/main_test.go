@@ -170,9 +170,19 @@ func guest(t *testing.T, ctx context.Context, script string) string {
 // addPods creates pods prefix-a, prefix-b... at 10.244.0.<first+i>.
 func addPods(t *testing.T, ctx context.Context, prefix string, first, n int) []*framework.Pod {
 	t.Helper()
+	return addPodsOf(t, ctx, prefix, first, n, false)
+}
+
+// addPodsOf is addPods; dual pods also get fd00:244::<first+i>.
+func addPodsOf(t *testing.T, ctx context.Context, prefix string, first, n int, dual bool) []*framework.Pod {
+	t.Helper()
 	var pods []*framework.Pod
 	for i := 0; i < n; i++ {
-		p, err := node.AddPod(ctx, fmt.Sprintf("%s-%c", prefix, 'a'+i), fmt.Sprintf("10.244.0.%d", first+i))
+		var ip6 []string
+		if dual {
+			ip6 = append(ip6, fmt.Sprintf("fd00:244::%d", first+i))
+		}
+		p, err := node.AddPod(ctx, fmt.Sprintf("%s-%c", prefix, 'a'+i), fmt.Sprintf("10.244.0.%d", first+i), ip6...)
 		if err != nil {
 			t.Fatal(err)
 		}
