@@ -15,7 +15,7 @@ import (
 // mount namespace (vm/guest/image-exec.sh), with the image's iptables, ipset,
 // conntrack, kmod and nft on its PATH.
 type Image struct {
-	// Dir is hack/image-rootfs.sh's cache entry (image/, image.cpio.gz,
+	// Dir is hack/image-rootfs.sh's cache entry (image/, image.cpio.zst,
 	// binary-path, manifest.txt).
 	Dir string
 	// Binary is the host path of the kube-proxy put into the image.

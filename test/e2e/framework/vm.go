@@ -117,7 +117,7 @@ func BootVM(ctx context.Context, root string, opts VMOptions, logf Logf) (*VM, e
 	if img := opts.Image; img != nil {
 		// The image's cpio (paths image/...) goes in before the per-run one,
 		// which adds the daemon: the kernel unpacks them in order.
-		archives = append(archives, filepath.Join(img.Dir, "image.cpio.gz"))
+		archives = append(archives, filepath.Join(img.Dir, "image.cpio.zst"))
 		files[ImageRoot+img.BinaryPath] = img.Binary
 	}
 	specs := []string{filepath.Join(work, "extra.cpio.gz")}
