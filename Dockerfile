@@ -18,6 +18,9 @@ RUN CGO_ENABLED=0 GOOS=linux go build -trimpath \
       -ldflags "-s -w -X k8s.io/component-base/version.gitVersion=${VERSION}" \
       -o /out/kube-proxy ./cmd/kube-proxy
 
+# The e2e suite replays this stage without a registry (hack/image-rootfs.sh:
+# mmdebstrap, then these RUN lines verbatim) and runs the daemon from the result:
+# keep it FROM debian:<suite>[-slim], RUN, COPY --from=build and ENTRYPOINT.
 FROM debian:bookworm-slim
 RUN apt-get update \
  && apt-get install -y --no-install-recommends \

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Installs (idempotently) every Debian package the project's tests need:
 # namespace integration tests (iptables, ipset, conntrack, iproute2, socat) and
-# the qemu end-to-end testbed (qemu, busybox, cpio, kmod, xz, ...).
+# the qemu end-to-end testbed (qemu, busybox, cpio, kmod, xz, ...) and
+# mmdebstrap, which builds the container image's root filesystem for it
+# (hack/image-rootfs.sh).
 # `apt-get update` runs only when something is missing.
 set -euo pipefail
 
@@ -9,6 +11,7 @@ pkgs=(
 	iptables ipset ipvsadm conntrack nftables iproute2 socat
 	qemu-system-x86 busybox-static cpio kmod xz-utils zstd gzip binutils
 	bash coreutils util-linux procps ca-certificates git make
+	mmdebstrap
 )
 
 missing=()

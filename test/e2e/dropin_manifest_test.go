@@ -151,8 +151,11 @@ type podRun struct {
 // volumes checked or created per their type, the service account's token
 // (TokenRequest), ca.crt and namespace at
 // /var/run/secrets/kubernetes.io/serviceaccount, env from values, ConfigMap
-// keys and spec.nodeName, $(VAR) expanded in command and args. The image's
-// binary is ours, at the command's path.
+// keys and spec.nodeName, $(VAR) expanded in command and args. When the VM has
+// the image root filesystem (the default), the container runs from it
+// (chrooted, its own mount namespace) with the volumes bind-mounted at their
+// mount paths, as a runtime would; without it, in the VM's root with our
+// binary copied to the command's path.
 func startAsKubelet(t *testing.T, ctx context.Context, ns, name string) (*podRun, *appsv1.DaemonSet) {
 	t.Helper()
 	ds, err := cp.Client.AppsV1().DaemonSets(ns).Get(ctx, name, metav1.GetOptions{})
@@ -178,14 +181,28 @@ func startAsKubelet(t *testing.T, ctx context.Context, ns, name string) (*podRun
 	for _, v := range spec.Volumes {
 		volumes[v.Name] = v
 	}
+	// In the image the kubelet's files live in a folder of the node,
+	// bind-mounted at the container's path; otherwise at that path directly.
+	image := vm.Image()
+	var mounts []framework.ImageMount
+	filesAt := func(containerPath string) string {
+		if image == nil {
+			return containerPath
+		}
+		staged := filepath.Join("/kpi/pods", ns, name, containerPath)
+		mounts = append(mounts, framework.ImageMount{Source: staged, Path: containerPath, ReadOnly: true})
+		return staged
+	}
 	for _, m := range c.VolumeMounts {
 		v, ok := volumes[m.Name]
 		switch {
 		case !ok:
 			t.Fatalf("mount %s: no volume %q", m.MountPath, m.Name)
 		case v.ConfigMap != nil:
+			dir := filesAt(m.MountPath)
+			guest(t, ctx, "mkdir -p "+dir)
 			for key, data := range configMap(v.ConfigMap.Name).Data {
-				if err := vm.WriteFile(ctx, filepath.Join(m.MountPath, key), []byte(data), 0o644); err != nil {
+				if err := vm.WriteFile(ctx, filepath.Join(dir, key), []byte(data), 0o644); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -200,8 +217,10 @@ func startAsKubelet(t *testing.T, ctx context.Context, ns, name string) (*podRun
 			default:
 				t.Fatalf("hostPath type %s not handled by the harness", typ)
 			}
-			if v.HostPath.Path != m.MountPath {
-				t.Fatalf("hostPath %s mounted at %s: the harness runs without a mount namespace", v.HostPath.Path, m.MountPath)
+			if image != nil {
+				mounts = append(mounts, framework.ImageMount{Source: v.HostPath.Path, Path: m.MountPath, ReadOnly: m.ReadOnly})
+			} else if v.HostPath.Path != m.MountPath {
+				t.Fatalf("hostPath %s mounted at %s: without the image the harness runs without a mount namespace", v.HostPath.Path, m.MountPath)
 			}
 		default:
 			t.Fatalf("volume %q: type not handled by the harness", m.Name)
@@ -214,7 +233,7 @@ func startAsKubelet(t *testing.T, ctx context.Context, ns, name string) (*podRun
 		if err != nil {
 			t.Fatalf("token for service account %s/%s: %v", ns, spec.ServiceAccountName, err)
 		}
-		dir := "/var/run/secrets/kubernetes.io/serviceaccount"
+		dir := filesAt("/var/run/secrets/kubernetes.io/serviceaccount")
 		for file, data := range map[string][]byte{"token": []byte(tr.Status.Token), "ca.crt": cp.CAPEM, "namespace": []byte(ns)} {
 			if err := vm.WriteFile(ctx, filepath.Join(dir, file), data, 0o644); err != nil {
 				t.Fatal(err)
@@ -247,16 +266,22 @@ func startAsKubelet(t *testing.T, ctx context.Context, ns, name string) (*podRun
 	for _, a := range append(append([]string{}, c.Command...), c.Args...) {
 		argv = append(argv, expandVars(a, env))
 	}
-	// The image: our binary where the command expects it.
-	guest(t, ctx, fmt.Sprintf("mkdir -p %s && cp /kpi/bin/kube-proxy %s", filepath.Dir(argv[0]), argv[0]))
+	run := argv
+	if image != nil {
+		// The image has our binary where the Dockerfile's COPY puts it; a
+		// command naming another path fails as it would on a node.
+		run = vm.InImage(mounts, argv...)
+	} else {
+		guest(t, ctx, fmt.Sprintf("mkdir -p %s && cp /kpi/bin/kube-proxy %s", filepath.Dir(argv[0]), argv[0]))
+	}
 	r := &podRun{logPath: "/kpi/logs/" + name + ".log", argv: argv}
 	guest(t, ctx, "mkdir -p /kpi/logs")
-	pid, err := vm.Start(ctx, r.logPath, append(append([]string{"env", "-i"}, envList...), argv...)...)
+	pid, err := vm.Start(ctx, r.logPath, append(append([]string{"env", "-i"}, envList...), run...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	r.pid = pid
-	t.Logf("started %s/%s as the kubelet would: %q (env %q)", ns, name, argv, envList)
+	t.Logf("started %s/%s as the kubelet would: %q (env %q, image mounts %v)", ns, name, argv, envList, mounts)
 	t.Cleanup(func() {
 		ctx := context.Background()
 		if err := vm.Signal(ctx, r.pid, syscall.SIGTERM); err == nil {

@@ -93,10 +93,20 @@ func run(m *testing.M) int {
 			return 1
 		}
 	}
+	// The daemon runs from the image's root filesystem (the Dockerfile's
+	// runtime stage) unless KPI_E2E_IMAGE_ROOTFS=0.
+	var image *framework.Image
+	if framework.ImageEnabled() {
+		if image, err = framework.PrepareImage(ctx, repoRoot, bin); err != nil {
+			fmt.Println("e2e: FAIL: image root filesystem:", err)
+			return 1
+		}
+	}
 	vm, err = framework.BootVM(ctx, repoRoot, framework.VMOptions{
 		APIServerPort: cp.Port,
 		Files:         files,
 		MemoryMiB:     mem,
+		Image:         image,
 	}, logf)
 	if err != nil {
 		fmt.Println("e2e: FAIL: VM:", err)

@@ -5,7 +5,9 @@
 #
 # Environment: KPI_E2E_RUN (go test -run regexp), KPI_KUBE_PROXY (binary to
 # test, default bin/kube-proxy), KPI_CACHE, KPI_E2E_KEEP=1 (keep logs),
-# KPI_E2E_TIMEOUT (go test -timeout, default 60m).
+# KPI_E2E_TIMEOUT (go test -timeout, default 60m), KPI_E2E_IMAGE_ROOTFS=0 (run
+# the daemon on the VM's own tools instead of from the container image's root
+# filesystem; TestDaemonRunsFromImage then fails).
 set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 cd "$root"
@@ -27,6 +29,12 @@ s=$SECONDS; step "kernel and initramfs"
 kdir=$(test/e2e/vm/build-kernel.sh) && test/e2e/vm/build-initramfs.sh "$kdir" >/dev/null || exit 1
 test/e2e/vm/accel.sh "$kdir/vmlinux" >/dev/null
 step "VM image ready in $((SECONDS - s)) s"
+if [[ ${KPI_E2E_IMAGE_ROOTFS:-1} != 0 ]]; then
+	s=$SECONDS; step "container image root filesystem (hack/image-rootfs.sh)"
+	hack/image-rootfs.sh >/dev/null || exit 1
+	step "image root filesystem ready in $((SECONDS - s)) s"
+	unset KPI_IMAGE_REBUILD # done once: the suite reuses it
+fi
 
 log=$(mktemp /tmp/kpi-e2e.XXXXXX.log)
 s=$SECONDS; step "go test -tags e2e ./test/e2e (log: $log)"

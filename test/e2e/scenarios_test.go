@@ -466,7 +466,7 @@ func runCleanup(t *testing.T, ctx context.Context) {
 	if err := vm.WriteFile(ctx, "/kpi/kube-proxy/cleanup.yaml", []byte(framework.KubeProxyConfig("")), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	r, err := vm.Exec(ctx, "/kpi/bin/kube-proxy", "--cleanup", "--config=/kpi/kube-proxy/cleanup.yaml", "--v=2")
+	r, err := vm.Exec(ctx, vm.KubeProxyCommand("--cleanup", "--config=/kpi/kube-proxy/cleanup.yaml", "--v=2")...)
 	if err != nil {
 		t.Fatal(err)
 	}

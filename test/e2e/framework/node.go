@@ -114,8 +114,9 @@ ipvs:
 ` + extra
 }
 
-// StartKubeProxy starts /kpi/bin/kube-proxy in the VM as in production:
-// --config with a KubeProxyConfiguration (mode ipvs) and --kubeconfig with the
+// StartKubeProxy starts our kube-proxy in the VM as in production (from the
+// image root filesystem when the VM has one: VM.KubeProxyCommand): --config
+// with a KubeProxyConfiguration (mode ipvs) and --kubeconfig with the
 // system:kube-proxy token pointing at https://10.0.2.100:6443.
 func (n *Node) StartKubeProxy(ctx context.Context, cp *ControlPlane, config string) error {
 	if err := n.VM.WriteFile(ctx, "/kpi/kube-proxy/kubeconfig", cp.ProxyKubeconfig(), 0o600); err != nil {
@@ -124,14 +125,17 @@ func (n *Node) StartKubeProxy(ctx context.Context, cp *ControlPlane, config stri
 	if err := n.VM.WriteFile(ctx, "/kpi/kube-proxy/config.yaml", []byte(config), 0o644); err != nil {
 		return err
 	}
-	pid, err := n.VM.Start(ctx, n.ProxyLogPath, "/kpi/bin/kube-proxy",
-		"--config=/kpi/kube-proxy/config.yaml", "--kubeconfig=/kpi/kube-proxy/kubeconfig", "--v=2")
+	pid, err := n.VM.Start(ctx, n.ProxyLogPath, n.VM.KubeProxyCommand(
+		"--config=/kpi/kube-proxy/config.yaml", "--kubeconfig=/kpi/kube-proxy/kubeconfig", "--v=2")...)
 	if err != nil {
 		return fmt.Errorf("starting kube-proxy in the VM: %w", err)
 	}
 	n.proxyPID = pid
 	return nil
 }
+
+// KubeProxyPID is the daemon's process id in the VM (0 when not started).
+func (n *Node) KubeProxyPID() int { return n.proxyPID }
 
 // KubeProxyRunning reports whether the kube-proxy process is still alive.
 func (n *Node) KubeProxyRunning(ctx context.Context) bool {

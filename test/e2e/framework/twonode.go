@@ -339,8 +339,8 @@ func (n *ClusterNode) StartKubeProxy(ctx context.Context, cp *ControlPlane, extr
 	if err := n.vm.WriteFile(ctx, n.dir+"/config.yaml", []byte(n.Config(extra)), 0o644); err != nil {
 		return err
 	}
-	pid, err := n.vm.Start(ctx, n.logPath, n.in("/kpi/bin/kube-proxy",
-		"--config="+n.dir+"/config.yaml", "--kubeconfig="+n.dir+"/kubeconfig", "--v=2")...)
+	pid, err := n.vm.Start(ctx, n.logPath, n.in(n.vm.KubeProxyCommand(
+		"--config="+n.dir+"/config.yaml", "--kubeconfig="+n.dir+"/kubeconfig", "--v=2")...)...)
 	if err != nil {
 		return fmt.Errorf("starting kube-proxy on %s: %w", n.Name, err)
 	}

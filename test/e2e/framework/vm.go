@@ -38,6 +38,9 @@ type VMOptions struct {
 	Files     map[string]string
 	MemoryMiB int
 	CPUs      int
+	// Image, when set, is unpacked at ImageRoot with its Binary at BinaryPath,
+	// and KubeProxyCommand runs the daemon from it.
+	Image *Image
 }
 
 // VM is a running qemu guest with the e2e agent serving requests.
@@ -49,6 +52,7 @@ type VM struct {
 	conns   chan net.Conn
 	logf    Logf
 	exited  chan struct{}
+	image   *Image
 }
 
 // Result is the outcome of a command run in the guest.
@@ -89,7 +93,7 @@ func BootVM(ctx context.Context, root string, opts VMOptions, logf Logf) (*VM, e
 	if err != nil {
 		return nil, err
 	}
-	vm := &VM{work: work, Console: filepath.Join(work, "console.log"), conns: make(chan net.Conn, 4), logf: logf, exited: make(chan struct{})}
+	vm := &VM{work: work, Console: filepath.Join(work, "console.log"), conns: make(chan net.Conn, 4), logf: logf, exited: make(chan struct{}), image: opts.Image}
 	ok := false
 	defer func() {
 		if !ok {
@@ -112,6 +116,13 @@ func BootVM(ctx context.Context, root string, opts VMOptions, logf Logf) (*VM, e
 	for dst, src := range opts.Files {
 		files[dst] = src
 	}
+	archives := []string{base}
+	if img := opts.Image; img != nil {
+		// The image's cpio (paths image/...) goes in before the per-run one,
+		// which adds the daemon: the kernel unpacks them in order.
+		archives = append(archives, filepath.Join(img.Dir, "image.cpio.zst"))
+		files[ImageRoot+img.BinaryPath] = img.Binary
+	}
 	specs := []string{filepath.Join(work, "extra.cpio.gz")}
 	for dst, src := range files {
 		specs = append(specs, src+"="+dst)
@@ -121,7 +132,7 @@ func BootVM(ctx context.Context, root string, opts VMOptions, logf Logf) (*VM, e
 		return nil, err
 	}
 	initrd := filepath.Join(work, "initrd.gz")
-	if err := concatFiles(initrd, base, specs[0]); err != nil {
+	if err := concatFiles(initrd, append(archives, specs[0])...); err != nil {
 		return nil, err
 	}
 
@@ -157,7 +168,11 @@ func BootVM(ctx context.Context, root string, opts VMOptions, logf Logf) (*VM, e
 		_ = vm.qemu.Wait()
 		close(vm.exited)
 	}()
-	logf("booting the VM (%s)", accel)
+	if opts.Image != nil {
+		logf("booting the VM (%s) with the image root filesystem %s at %s", accel, opts.Image.Dir, ImageRoot)
+	} else {
+		logf("booting the VM (%s)", accel)
+	}
 	pingCtx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 	defer cancel()
 	if _, err := vm.do(pingCtx, agentproto.Request{Op: agentproto.OpPing}); err != nil {

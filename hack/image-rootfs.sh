@@ -1,0 +1,237 @@
+#!/usr/bin/env bash
+# Builds (once) the root filesystem of our container image from Debian packages,
+# without a container registry: the runtime stage of the Dockerfile (its last
+# FROM) is replayed with mmdebstrap. The Dockerfile stays the one source of truth:
+#
+#   FROM debian:SUITE[-slim]   -> mmdebstrap --variant=minbase SUITE, with the
+#                                 Debian image's apt/dpkg settings (-slim: no
+#                                 docs, man pages or locales)
+#   RUN ...                    -> run verbatim with /bin/sh -c in the chroot
+#                                 (the same apt-get install and update-alternatives)
+#   COPY --from=build SRC DST  -> DST is where the daemon goes; the harness puts
+#                                 our bin/kube-proxy there on every run
+#   ENTRYPOINT [...]           -> recorded
+#
+# Any other instruction in that stage stops the script: teach it first.
+#
+# Usage: hack/image-rootfs.sh --plan prints what it read from the Dockerfile
+#        hack/image-rootfs.sh        prints the cache entry DIR, which holds
+#   DIR/image/          the root filesystem (without the daemon)
+#   DIR/image.cpio.zst  the same as a newc cpio whose paths start with image/
+#                       (appended to the e2e VM's initramfs: /image in the guest;
+#                       zstd because the guest kernel unpacks it under TCG:
+#                       ~10 s less per boot than gzip)
+#   DIR/binary-path     the COPY destination (/usr/local/bin/kube-proxy)
+#   DIR/entrypoint      the ENTRYPOINT, one word per line
+#   DIR/manifest.txt    inputs, suites' Release dates, package versions,
+#                       alternatives, tool versions
+#
+# The entry is keyed by the stage's FROM and RUN text (package list and
+# alternatives), the architecture, the mirrors and this script's recipe number;
+# it is rebuilt only when one of them changes (or KPI_IMAGE_REBUILD=1), not when
+# Debian publishes updates: the manifest names the suites' Release dates. Downloaded .debs are
+# kept in $KPI_CACHE/image/debs for the next rebuild.
+#
+# Environment: KPI_CACHE (default /var/cache/kube-proxy-ipvs), KPI_IMAGE_ARCH
+# (Debian architecture, default the host's), KPI_IMAGE_MIRROR (default
+# http://deb.debian.org; e.g. http://snapshot.debian.org/archive to pin with
+# KPI_IMAGE_SNAPSHOT=20250520T000000Z), KPI_DOCKERFILE (default ./Dockerfile).
+#
+# KPI_IMAGE_REBUILD=1 hack/image-rootfs.sh rebuilds the entry (fresh Debian
+# updates). Needs root, mmdebstrap and zstd (hack/install-deps.sh). mmdebstrap --mode=root
+# works in a throwaway directory: it mounts /proc, /sys and /dev into it while
+# it runs and changes nothing else on the host.
+set -euo pipefail
+
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+dockerfile=${KPI_DOCKERFILE:-$root/Dockerfile}
+[[ -f $dockerfile ]] || { echo "[image] FAIL: no Dockerfile at $dockerfile" >&2; exit 1; }
+cache=${KPI_CACHE:-/var/cache/kube-proxy-ipvs}
+arch=${KPI_IMAGE_ARCH:-$(dpkg --print-architecture)}
+mirror=${KPI_IMAGE_MIRROR:-http://deb.debian.org}
+log() { echo "[image] $*" >&2; }
+die() { log "FAIL: $*"; exit 1; }
+
+# The runtime stage as logical instructions, one per line (NUL-separated):
+# comment lines dropped (also inside continuations, as docker does), lines
+# ending in a backslash joined.
+stage_instructions() {
+	awk '
+		/^[ \t]*#/ { next }
+		{
+			line = $0
+			if (cont != "") line = cont " " line
+			if (line ~ /\\[ \t]*$/) { sub(/\\[ \t]*$/, "", line); cont = line; next }
+			cont = ""
+			if (line ~ /^[ \t]*$/) next
+			if (toupper(line) ~ /^[ \t]*FROM[ \t]/) { n = 0 }
+			inst[n++] = line
+		}
+		END { for (i = 0; i < n; i++) printf "%s%c", inst[i], 0 }
+	' "$1"
+}
+
+from='' binary_path='' entrypoint=''
+runs=()
+while IFS= read -r -d '' inst; do
+	inst=$(sed -E 's/^[[:space:]]+//; s/[[:space:]]+/ /g' <<<"$inst")
+	kw=${inst%% *}
+	rest=${inst#* }
+	case ${kw^^} in
+	FROM) from=$rest ;;
+	RUN)
+		[[ $rest != \[* ]] || die "RUN in exec form is not handled: $inst"
+		runs+=("$rest")
+		;;
+	COPY)
+		read -r -a w <<<"$rest"
+		[[ ${#w[@]} -eq 3 && ${w[0]} == --from=build ]] || die "only 'COPY --from=build SRC DST' is handled: $inst"
+		binary_path=${w[2]}
+		;;
+	ENTRYPOINT)
+		entrypoint=$(sed -E 's/^\[//; s/\]$//; s/"//g; s/, */\n/g' <<<"$rest")
+		;;
+	*) die "$dockerfile: instruction $kw of the runtime stage is not handled by $0" ;;
+	esac
+done < <(stage_instructions "$dockerfile")
+
+[[ $from =~ ^debian:([a-z]+)(-slim)?$ ]] || die "runtime stage FROM '$from': want debian:SUITE or debian:SUITE-slim"
+suite=${BASH_REMATCH[1]}
+slim=${BASH_REMATCH[2]:+yes}
+((${#runs[@]} > 0)) || die "no RUN in the runtime stage of $dockerfile"
+[[ -n $binary_path ]] || die "no 'COPY --from=build' in the runtime stage of $dockerfile"
+
+# The Debian image's sources: SUITE and SUITE-updates from debian, SUITE-security
+# from debian-security (debian:bookworm-slim's /etc/apt/sources.list.d/debian.sources).
+if [[ -n ${KPI_IMAGE_SNAPSHOT:-} ]]; then
+	sources=("deb [check-valid-until=no] $mirror/debian/$KPI_IMAGE_SNAPSHOT $suite $suite-updates main"
+		"deb [check-valid-until=no] $mirror/debian-security/$KPI_IMAGE_SNAPSHOT $suite-security main")
+else
+	sources=("deb $mirror/debian $suite $suite-updates main"
+		"deb $mirror/debian-security $suite-security main")
+fi
+
+# Bump when the way this script builds changes (a new key rebuilds: minutes).
+recipe=1
+key=$({
+	echo "$recipe $from"
+	printf '%s\n' "${runs[@]}" "$arch" "${sources[@]}"
+} | sha256sum | cut -c1-12)
+out="$cache/image/$suite-$arch-$key"
+
+if [[ ${1:-} == --plan ]]; then
+	echo "from: $from"
+	printf 'run: %s\n' "${runs[@]}"
+	echo "binary: $binary_path"
+	echo "entrypoint: $(tr '\n' ' ' <<<"$entrypoint")"
+	printf 'source: %s\n' "${sources[@]}"
+	echo "entry: $out"
+	exit 0
+fi
+ready() { [[ -f "$out/manifest.txt" && -f "$out/image.cpio.zst" && ${KPI_IMAGE_REBUILD:-0} != 1 ]]; }
+if ready; then
+	echo "$out"
+	exit 0
+fi
+[[ $(id -u) -eq 0 ]] || die "building the image root filesystem needs root (mmdebstrap --mode=root)"
+command -v mmdebstrap >/dev/null || die "mmdebstrap missing: run hack/install-deps.sh"
+mkdir -p "$cache/image/debs"
+# Concurrent runs wait for each other instead of building twice.
+exec 9>"$cache/image/.lock"
+flock 9
+if ready; then
+	echo "$out"
+	exit 0
+fi
+
+# The cpio is derived from image/: (re)packed without rebuilding.
+pack() {
+	(cd "$out" && find image | LC_ALL=C sort | cpio -o -H newc --quiet) | zstd -q -T0 >"$out/image.cpio.zst.tmp"
+	mv "$out/image.cpio.zst.tmp" "$out/image.cpio.zst"
+	rm -f "$out/image.cpio.gz"
+}
+if [[ -f "$out/manifest.txt" && ${KPI_IMAGE_REBUILD:-0} != 1 ]]; then
+	pack
+	log "packed $out/image.cpio.zst ($(du -h "$out/image.cpio.zst" | cut -f1))"
+	echo "$out"
+	exit 0
+fi
+
+start=$SECONDS
+log "building the image root filesystem ($from + ${#runs[@]} RUN, $arch) into $out"
+rm -rf "$out"
+mkdir -p "$out"
+work=$(mktemp -d "$cache/image/work.XXXXXX")
+trap 'rm -rf "$work"' EXIT
+
+opts=(--mode=root --variant=minbase --format=directory --arch="$arch"
+	# /bin, /sbin and /lib are symlinks into /usr as in Debian's images (without
+	# it mmdebstrap installs the usrmerge package, and perl with it).
+	--hook-dir=/usr/share/mmdebstrap/hooks/merged-usr
+	# What Debian's container images set (debuerreotype): no translations,
+	# unsafe dpkg I/O (nothing to lose in a build).
+	--aptopt='Acquire::Languages "none"'
+	--dpkgopt=force-unsafe-io)
+if [[ -n $slim ]]; then
+	# debuerreotype-slimify, as in debian:SUITE-slim.
+	for p in doc groff info linda lintian/overrides locale man; do
+		opts+=("--dpkgopt=path-exclude=/usr/share/$p/*")
+	done
+	opts+=(--dpkgopt='path-include=/usr/share/doc/*/copyright' --dpkgopt='path-include=/usr/share/locale/locale.alias')
+fi
+# Reuse the .debs of earlier builds, and keep the ones this build fetches.
+# shellcheck disable=SC2016 # $1 is the hook's argument (the chroot)
+opts+=(--setup-hook='mkdir -p "$1"/var/cache/apt/archives'
+	--setup-hook="sync-in $cache/image/debs /var/cache/apt/archives")
+# The suites' Release dates: what "the Debian of this build" was.
+opts+=(--customize-hook="grep -h -E '^(Suite|Date):' \"\$1\"/var/lib/apt/lists/*Release >$work/apt-dates")
+i=0
+for r in "${runs[@]}"; do
+	i=$((i + 1))
+	printf '%s\n' "$r" >"$work/run-$i"
+	# As docker runs RUN: /bin/sh -c, as root, in /, with the image's PATH.
+	opts+=(--customize-hook="chroot \"\$1\" env -i PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin HOME=/root /bin/sh -c \"\$(cat $work/run-$i)\"")
+done
+opts+=(--customize-hook="sync-out /var/cache/apt/archives $cache/image/debs")
+mmdebstrap "${opts[@]}" "$suite" "$work/image" "${sources[@]}" >"$work/mmdebstrap.log" 2>&1 || {
+	tail -40 "$work/mmdebstrap.log" >&2
+	die "mmdebstrap failed (log above)"
+}
+find "$cache/image/debs" -name '*.deb' -mtime +30 -delete
+log "mmdebstrap done in $((SECONDS - start)) s"
+
+img=$work/image
+[[ ! -e "$img$binary_path" ]] || die "$binary_path already exists in the image before COPY"
+printf '%s\n' "$binary_path" >"$work/binary-path"
+printf '%s\n' "$entrypoint" >"$work/entrypoint"
+{
+	echo "# image root filesystem built by hack/image-rootfs.sh on $(date -u +%FT%TZ)"
+	echo "from: $from"
+	echo "arch: $arch"
+	printf 'source: %s\n' "${sources[@]}"
+	printf 'run: %s\n' "${runs[@]}"
+	echo "binary: $binary_path"
+	echo "# the suites as apt saw them before the RUNs"
+	cat "$work/apt-dates"
+	echo "# alternatives"
+	for a in iptables ip6tables arptables ebtables; do
+		if [[ -L "$img/etc/alternatives/$a" ]]; then echo "$a -> $(readlink "$img/etc/alternatives/$a")"; fi
+	done
+	echo "# tools"
+	# (not ipvsadm: even --version loads ip_vs into the running kernel)
+	for t in "iptables --version" "ipset --version" "conntrack --version" "nft --version" "kmod --version"; do
+		# shellcheck disable=SC2086 # a command and its flag
+		echo "$t: $(chroot "$img" $t 2>&1 | head -1)"
+	done
+	echo "# packages"
+	# shellcheck disable=SC2016 # dpkg-query's format
+	chroot "$img" dpkg-query -W -f '${Package} ${Version}\n'
+} >"$work/manifest.txt"
+mv "$work/image" "$work/binary-path" "$work/entrypoint" "$work/manifest.txt" "$out/"
+pack
+# Older entries (other package lists or script versions) are dead weight.
+for old in "$cache/image/"*-*-*; do
+	if [[ -d $old && $old != "$out" ]]; then rm -rf "$old"; fi
+done
+log "image root filesystem $(du -sh "$out/image" | cut -f1) ($(du -h "$out/image.cpio.zst" | cut -f1) as cpio.zst) built in $((SECONDS - start)) s"
+echo "$out"
