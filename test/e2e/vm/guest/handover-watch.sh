@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# handover-watch.sh DIR: watches one kube-proxy handover (migration_test.go).
+# Takes a first sample of every ipset member (`ipset save` add lines) and of
+# the IPVS table (`ipvsadm -Sn`: each virtual server with its scheduler, flags
+# and timeout, each real server with its forwarding method and weight), then
+# samples both again, back to back, until DIR/stop exists. Every line of the
+# first sample missing from a later one is written to DIR/missing as
+# "<unix ms> <line>": an ipset member removed, a virtual server re-created or
+# edited, a real server removed or its weight changed, even for one sample.
+# DIR/ready appears once both loops run; DIR/summary at the end has one line
+# per loop: "NAME samples N ms M".
+set -u
+dir=$1
+mkdir -p "$dir"
+rm -f "$dir"/*
+ipset save | grep '^add ' >"$dir/first-ipsets"
+ipvsadm -Sn >"$dir/first-ipvs"
+# watch NAME FIRST CMD...: one sampling loop; the ipset and the IPVS loops run
+# side by side (each sample is a process start, slow under TCG).
+watch() {
+	local name=$1 file=$2 line n=0 at start=${EPOCHREALTIME/./}
+	shift 2
+	local -A first=()
+	while IFS= read -r line; do
+		first["$line"]=1
+	done <"$file"
+	touch "$dir/ready-$name"
+	while [[ ! -e $dir/stop ]]; do
+		local -A now=()
+		while IFS= read -r line; do
+			now["$line"]=1
+		done < <("$@")
+		at=${EPOCHREALTIME/./}
+		for line in "${!first[@]}"; do
+			[[ -n ${now[$line]:-} ]] || echo "$((at / 1000)) $line" >>"$dir/missing"
+		done
+		unset now
+		n=$((n + 1))
+	done
+	echo "$name samples $n ms $(((${EPOCHREALTIME/./} - start) / 1000))" >"$dir/summary-$name"
+}
+: >"$dir/missing"
+watch ipset "$dir/first-ipsets" ipset save &
+watch ipvs "$dir/first-ipvs" ipvsadm -Sn &
+while [[ ! -e $dir/ready-ipset || ! -e $dir/ready-ipvs ]]; do sleep 0.01; done
+touch "$dir/ready"
+wait
+cat "$dir/summary-ipset" "$dir/summary-ipvs" >"$dir/summary"
