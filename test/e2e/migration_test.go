@@ -115,10 +115,15 @@ func ourSyncs(t *testing.T, ctx context.Context, n float64) {
 	waitSyncs(t, ctx, "our", "kubeproxy_sync_full_proxy_rules_duration_seconds", n, node.KubeProxyRunning)
 }
 
-// upstreamSyncs waits until upstream made n syncs (each of them is a full one).
-func upstreamSyncs(t *testing.T, ctx context.Context, up *vmKubeProxy, n float64) {
+// upstreamSynced waits until upstream made its first sync, then for more than
+// a syncPeriod (10 s) so that a periodic sync runs too, and logs what its
+// metrics say about its syncs.
+func upstreamSynced(t *testing.T, ctx context.Context, up *vmKubeProxy) {
 	t.Helper()
-	waitSyncs(t, ctx, "upstream", "kubeproxy_sync_proxy_rules_duration_seconds", n, up.running)
+	waitSyncs(t, ctx, "upstream", "kubeproxy_sync_proxy_rules_duration_seconds", 1, up.running)
+	time.Sleep(12 * time.Second)
+	out, _ := vm.Sh(ctx, "timeout 5 wget -q -O - http://127.0.0.1:10249/metrics | grep -E '^kubeproxy_sync_proxy_rules_(duration_seconds_count|last_timestamp_seconds)'")
+	t.Logf("upstream kube-proxy's syncs:\n%s", out)
 }
 
 // handover is what one switch from one kube-proxy to the other did.
@@ -349,7 +354,7 @@ func TestMigrationUpstreamIPVSBothWays(t *testing.T) {
 	waitRealServers(t, ctx, "TCP", vip, masq(pods))
 
 	up := switchToUpstream(t, ctx, "ipvs")
-	upstreamSyncs(t, ctx, up, 2)
+	upstreamSynced(t, ctx, up)
 	waitRealServers(t, ctx, "TCP", vip, masq(pods))
 	t.Logf("upstream kube-proxy (ipvs mode) programmed the node:\n%s", guest(t, ctx, "ipvsadm -Ln | head -20; ipset list -t | grep -E '^(Name|Number of entries)' | paste - - | awk '$NF>0'"))
 
@@ -376,7 +381,7 @@ func TestMigrationUpstreamIPVSBothWays(t *testing.T) {
 		if err := up.start(ctx, upstreamConfig("ipvs")); err != nil {
 			t.Fatal(err)
 		}
-		upstreamSyncs(t, ctx, up, 2)
+		upstreamSynced(t, ctx, up)
 	}
 	hs = append(hs, watchHandover(t, ctx, "upstream-to-ours", vip, toOurs))
 	hs = append(hs, watchHandover(t, ctx, "ours-to-upstream", vip, toUpstream))
@@ -425,7 +430,7 @@ func testMigrationFromMode(t *testing.T, mode, prefix string, firstPod int) {
 	waitRealServers(t, ctx, "TCP", vip, masq(pods))
 
 	up := switchToUpstream(t, ctx, mode)
-	upstreamSyncs(t, ctx, up, 1)
+	upstreamSynced(t, ctx, up)
 	err := framework.Eventually(ctx, 60*time.Second, time.Second, func(ctx context.Context) error {
 		left, err := vm.Sh(ctx, otherModeLeftovers)
 		if err != nil || strings.TrimSpace(left) == "" {
