@@ -28,6 +28,10 @@ import (
 
 const (
 	migrationInterval = 20 * time.Millisecond
+	// migrationTimeout is each connection's timeout: one lost SYN costs 1 s
+	// (its retransmission) and a TCG VM sharing a busy host stalls for
+	// seconds; an outage lasts longer.
+	migrationTimeout = "5s"
 	// migrationGapBound bounds the time without service when ours replaces
 	// upstream's iptables or nftables mode: from the last answered connection
 	// before the first failed one to the first answered one after the last.
@@ -363,7 +367,7 @@ func TestMigrationUpstreamIPVSBothWays(t *testing.T) {
 	waitRealServers(t, ctx, "TCP", vip, masq(pods))
 	t.Logf("upstream kube-proxy (ipvs mode) programmed the node:\n%s", guest(t, ctx, "ipvsadm -Ln | head -20; ipset list -t | grep -E '^(Name|Number of entries)' | paste - - | awk '$NF>0'"))
 
-	l := startLoad(t, ctx, "", "tcp", vip, migrationInterval, "--stamp")
+	l := startLoad(t, ctx, "", "tcp", vip, migrationInterval, "--stamp", "--timeout", migrationTimeout)
 	time.Sleep(5 * time.Second)
 	var hs []*handover
 	toOurs := func() {
@@ -462,7 +466,7 @@ func testMigrationFromMode(t *testing.T, mode, prefix string, firstPod int) {
 		t.Fatalf("%s (no endpoints) answered through upstream's %s mode: %q", emptyVIP, mode, out)
 	}
 
-	l := startLoad(t, ctx, client, "tcp", vip, migrationInterval, "--stamp")
+	l := startLoad(t, ctx, client, "tcp", vip, migrationInterval, "--stamp", "--timeout", migrationTimeout)
 	time.Sleep(3 * time.Second)
 	from := guestMillis(t, ctx)
 	if err := up.stop(ctx); err != nil {

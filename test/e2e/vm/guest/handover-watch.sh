@@ -21,7 +21,7 @@ ipvsadm -Sn >"$dir/first-ipvs"
 # watch NAME FIRST CMD...: one sampling loop; the ipset and the IPVS loops run
 # side by side (each sample is a process start, slow under TCG).
 watch() {
-	local name=$1 file=$2 line n=0 at start=${EPOCHREALTIME/./}
+	local name=$1 file=$2 line out n=0 failed=0 at start=${EPOCHREALTIME/./}
 	shift 2
 	local -A first=()
 	while IFS= read -r line; do
@@ -29,10 +29,15 @@ watch() {
 	done <"$file"
 	touch "$dir/ready-$name"
 	while [[ ! -e $dir/stop ]]; do
+		# A here-string, not <(...): the guest has no /dev/fd.
+		if ! out=$("$@" 2>/dev/null); then
+			failed=$((failed + 1))
+			continue
+		fi
 		local -A now=()
 		while IFS= read -r line; do
 			now["$line"]=1
-		done < <("$@")
+		done <<<"$out"
 		at=${EPOCHREALTIME/./}
 		for line in "${!first[@]}"; do
 			[[ -n ${now[$line]:-} ]] || echo "$((at / 1000)) $line" >>"$dir/missing"
@@ -40,7 +45,7 @@ watch() {
 		unset now
 		n=$((n + 1))
 	done
-	echo "$name samples $n ms $(((${EPOCHREALTIME/./} - start) / 1000))" >"$dir/summary-$name"
+	echo "$name samples $n ms $(((${EPOCHREALTIME/./} - start) / 1000)) failed $failed" >"$dir/summary-$name"
 }
 : >"$dir/missing"
 watch ipset "$dir/first-ipsets" ipset save &
