@@ -32,6 +32,9 @@ const (
 	// (its retransmission) and a TCG VM sharing a busy host stalls for
 	// seconds; an outage lasts longer.
 	migrationTimeout = "5s"
+	// migrationMinSamples is the fewest samples each handover-watch.sh loop must
+	// take during one handover (under TCG on a busy host: one every 1-6 s).
+	migrationMinSamples = 10
 	// migrationGapBound bounds the time without service when ours replaces
 	// upstream's iptables or nftables mode: from the last answered connection
 	// before the first failed one to the first answered one after the last.
@@ -179,13 +182,24 @@ func watchHandover(t *testing.T, ctx context.Context, name, vip string, do func(
 	h.to = guestMillis(t, ctx)
 	h.after = vsConnections(t, ctx, vip)
 	stop()
-	err = framework.Eventually(ctx, 30*time.Second, 200*time.Millisecond, func(ctx context.Context) error {
+	err = framework.Eventually(ctx, 60*time.Second, 200*time.Millisecond, func(ctx context.Context) error {
 		out, err := vm.Sh(ctx, "cat "+dir+"/summary")
 		h.samples = strings.Join(strings.Split(strings.TrimSpace(out), "\n"), "; ")
 		return err
 	})
 	if err != nil {
 		t.Fatalf("handover-watch.sh did not finish: %v", err)
+	}
+	// Each line is "NAME samples N ms M failed F": a loop with almost no
+	// samples would make the check below vacuous.
+	for _, line := range strings.Split(h.samples, "; ") {
+		f := strings.Fields(line)
+		if len(f) < 3 {
+			t.Fatalf("handover-watch.sh summary %q", h.samples)
+		}
+		if n, err := strconv.Atoi(f[2]); err != nil || n < migrationMinSamples {
+			t.Errorf("%s: the %s sampler took %s samples, want at least %d", name, f[0], f[2], migrationMinSamples)
+		}
 	}
 	missing := guest(t, ctx, "cat "+dir+"/missing")
 	seen := map[string]bool{}

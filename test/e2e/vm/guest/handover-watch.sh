@@ -53,4 +53,6 @@ watch ipvs "$dir/first-ipvs" ipvsadm -Sn &
 while [[ ! -e $dir/ready-ipset || ! -e $dir/ready-ipvs ]]; do sleep 0.01; done
 touch "$dir/ready"
 wait
-cat "$dir/summary-ipset" "$dir/summary-ipvs" >"$dir/summary"
+# Whole or absent: the test reads it as soon as it exists.
+cat "$dir/summary-ipset" "$dir/summary-ipvs" >"$dir/summary.tmp"
+mv "$dir/summary.tmp" "$dir/summary"
