@@ -168,7 +168,7 @@ func watchHandover(t *testing.T, ctx context.Context, name, vip string, do func(
 		}
 	}
 	t.Cleanup(stop)
-	err = framework.Eventually(ctx, 30*time.Second, 200*time.Millisecond, func(ctx context.Context) error {
+	err = framework.Eventually(ctx, 120*time.Second, 200*time.Millisecond, func(ctx context.Context) error {
 		_, err := vm.Sh(ctx, "test -e "+dir+"/ready")
 		return err
 	})
