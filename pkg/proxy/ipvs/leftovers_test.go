@@ -143,6 +143,7 @@ func TestOtherModesLeftoversRemovedAfterFirstSync(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	p.goResync = func(f func()) { f() } // as newTestEnv: a periodic resync reads at once
 	e.p = p
 	before := chainsOf(t, e.ipt)
 
@@ -226,6 +227,7 @@ func TestOtherModesLeftoversRemovedAfterFirstSync(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	p6.goResync = func(f func()) { f() }
 	e6.p = p6
 	e6.start(makeService("ns", "a6", clusterIP("fd00:96::1"), port("p", v1.ProtocolTCP, 80, 0)))
 	if got := e.nft.Dump(); got != "table ip other" {
