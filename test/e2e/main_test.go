@@ -39,10 +39,6 @@ func logf(format string, args ...any) {
 	fmt.Printf("%s e2e: %s\n", time.Now().UTC().Format("15:04:05"), fmt.Sprintf(format, args...))
 }
 
-// extraVMFiles names more files for the VM (guest path -> host path); the
-// scale run (scale_test.go, tag e2escale) adds upstream kube-proxy with it.
-var extraVMFiles = func() (map[string]string, error) { return nil, nil }
-
 func TestMain(m *testing.M) {
 	os.Exit(run(m))
 }
@@ -78,7 +74,7 @@ func run(m *testing.M) int {
 		return 1
 	}
 	files := map[string]string{"/kpi/bin/kube-proxy": bin}
-	extra, err := extraVMFiles()
+	extra, err := upstreamVMFiles() // upstream kube-proxy, for the migration scenarios and the scale run
 	if err != nil {
 		fmt.Println("e2e: FAIL:", err)
 		return 1

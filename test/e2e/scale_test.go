@@ -33,7 +33,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -62,14 +61,10 @@ const (
 	// 10.244.(64+k/250).(1+k%250): 10.244.64.1 up to 10.244.143.250 at 20k,
 	// a range no other scenario uses; changes use 10.244.200-201.x.
 	scaleWaiter = "/kpi/bin/e2e-ipvswait"
-	// The guest path of upstream kube-proxy (added to the VM by scaleVMFiles).
-	scaleUpstreamBin = "/kpi/bin/kube-proxy-upstream"
 )
 
-func init() { extraVMFiles = scaleVMFiles }
-
-// scaleProxyNames parses KPI_SCALE_PROXIES.
-func scaleProxyNames() ([]string, error) {
+// vmKubeProxyNames parses KPI_SCALE_PROXIES.
+func vmKubeProxyNames() ([]string, error) {
 	v := os.Getenv("KPI_SCALE_PROXIES")
 	if v == "" {
 		return []string{"ours"}, nil
@@ -82,37 +77,6 @@ func scaleProxyNames() ([]string, error) {
 		out = append(out, n)
 	}
 	return out, nil
-}
-
-// scaleVMFiles puts upstream kube-proxy into the VM when the run needs it.
-func scaleVMFiles() (map[string]string, error) {
-	names, err := scaleProxyNames()
-	if err != nil {
-		return nil, err
-	}
-	want := false
-	for _, n := range names {
-		want = want || n == "upstream"
-	}
-	if !want {
-		return nil, nil
-	}
-	bin := os.Getenv("KPI_UPSTREAM_KUBE_PROXY")
-	if bin == "" {
-		root, err := framework.RepoRoot()
-		if err != nil {
-			return nil, err
-		}
-		out, err := exec.Command(filepath.Join(root, "test/e2e/lib/build-tools.sh")).Output()
-		if err != nil {
-			return nil, fmt.Errorf("building upstream kube-proxy (test/e2e/lib/build-tools.sh): %w", err)
-		}
-		bin = filepath.Join(strings.TrimSpace(string(out)), "kube-proxy")
-	}
-	if _, err := os.Stat(bin); err != nil {
-		return nil, fmt.Errorf("upstream kube-proxy: %w", err)
-	}
-	return map[string]string{scaleUpstreamBin: bin}, nil
 }
 
 func scaleEndpointIP(i, j int) string {
@@ -156,83 +120,14 @@ func scaleMax(ds []time.Duration) time.Duration {
 	return m
 }
 
-// scaleProxy is one kube-proxy binary run in the VM with the e2e config.
-type scaleProxy struct {
-	name string // "ours" or "upstream"
-	bin  string // guest path
-	log  string // guest path of its log
-	pid  int
-}
-
-func (p *scaleProxy) start(ctx context.Context, config string) error {
-	if err := vm.WriteFile(ctx, "/kpi/kube-proxy/kubeconfig", cp.ProxyKubeconfig(), 0o600); err != nil {
-		return err
-	}
-	if err := vm.WriteFile(ctx, "/kpi/kube-proxy/config.yaml", []byte(config), 0o644); err != nil {
-		return err
-	}
-	pid, err := vm.Start(ctx, p.log, p.bin, "--config=/kpi/kube-proxy/config.yaml", "--kubeconfig=/kpi/kube-proxy/kubeconfig", "--v=2")
-	if err != nil {
-		return fmt.Errorf("starting %s kube-proxy in the VM: %w", p.name, err)
-	}
-	p.pid = pid
-	return nil
-}
-
-// running reports whether the process is alive; an agent round trip that
-// fails (under load it can) is asked again, up to three times, and counts as
-// alive if no answer comes: only the VM saying so makes it dead.
-func (p *scaleProxy) running(ctx context.Context) bool {
-	if p.pid == 0 {
-		return false
-	}
-	for range 3 {
-		r, err := vm.Exec(ctx, "bash", "-c", fmt.Sprintf("test -d /proc/%d && ! grep -q '^State:.*Z' /proc/%d/status", p.pid, p.pid))
-		if err == nil {
-			return r.ExitCode == 0
-		}
-		time.Sleep(time.Second)
-	}
-	return true
-}
-
-// stop sends SIGTERM, then SIGKILL after 30 s.
-func (p *scaleProxy) stop(ctx context.Context) error {
-	if p.pid == 0 {
-		return nil
-	}
-	defer func() { p.pid = 0 }()
-	if !p.running(ctx) {
-		return nil
-	}
-	if err := vm.Signal(ctx, p.pid, syscall.SIGTERM); err != nil {
-		return err
-	}
-	err := framework.Eventually(ctx, 30*time.Second, 500*time.Millisecond, func(ctx context.Context) error {
-		if p.running(ctx) {
-			return fmt.Errorf("%s kube-proxy (pid %d) still running", p.name, p.pid)
-		}
-		return nil
-	})
-	if err != nil {
-		_ = vm.Signal(ctx, p.pid, syscall.SIGKILL)
-	}
-	return err
-}
-
 // scaleDmesgTail is the end of the guest kernel log (an OOM kill shows there).
 func scaleDmesgTail(ctx context.Context) string {
 	out, _ := vm.Sh(ctx, "dmesg | tail -n 5")
 	return strings.TrimSpace(out)
 }
 
-func (p *scaleProxy) logTail(ctx context.Context, lines int) string {
-	out, _ := vm.Sh(ctx, fmt.Sprintf("tail -n %d %s 2>&1", lines, p.log))
-	return out
-}
-
 // memory returns VmRSS and VmHWM (peak) in MiB.
-func (p *scaleProxy) memory(ctx context.Context) (rss, hwm float64) {
+func (p *vmKubeProxy) memory(ctx context.Context) (rss, hwm float64) {
 	out, _ := vm.Sh(ctx, fmt.Sprintf("cat /proc/%d/status", p.pid))
 	for _, line := range strings.Split(out, "\n") {
 		f := strings.Fields(line)
@@ -393,7 +288,7 @@ const scaleIPTablesText = "--match-set KUBE-CLUSTER-IP dst,dst"
 // full resyncs; the memory. With two kube-proxies, a side-by-side table.
 func TestScaleVM(t *testing.T) {
 	ctx := context.Background()
-	names, err := scaleProxyNames()
+	names, err := vmKubeProxyNames()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -519,9 +414,9 @@ func TestScaleVM(t *testing.T) {
 
 	var all []*scaleFigures
 	for r, name := range names {
-		p := &scaleProxy{name: name, bin: "/kpi/bin/kube-proxy", log: "/tmp/scale-kube-proxy-" + name + ".log"}
+		p := &vmKubeProxy{name: name, bin: "/kpi/bin/kube-proxy", log: "/tmp/scale-kube-proxy-" + name + ".log"}
 		if name == "upstream" {
-			p.bin = scaleUpstreamBin
+			p.bin = upstreamKubeProxyBin
 		}
 		all = append(all, scaleRunProxy(t, ctx, bulk, p, r, svcs, nchanges, config, syncPeriod))
 	}
@@ -560,7 +455,7 @@ func scaleHostCPU() string {
 // r (0, 1) picks the addresses its changes use. It leaves the node clean
 // (the proxy stopped, our --cleanup run, which also removes what upstream
 // programs).
-func scaleRunProxy(t *testing.T, ctx context.Context, client kubernetes.Interface, p *scaleProxy, r int, svcs []framework.BulkService, nchanges int, config, syncPeriod string) *scaleFigures {
+func scaleRunProxy(t *testing.T, ctx context.Context, client kubernetes.Interface, p *vmKubeProxy, r int, svcs []framework.BulkService, nchanges int, config, syncPeriod string) *scaleFigures {
 	t.Helper()
 	nsvc := len(svcs)
 	f := &scaleFigures{name: p.name, startSets: map[string]time.Duration{}}

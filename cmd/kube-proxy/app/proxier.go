@@ -24,6 +24,7 @@ import (
 	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/ipvs"
 	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/kernel"
 	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/netlink"
+	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/nftables"
 )
 
 // createProxier builds the ipvs proxier (one per family in s.IPFamilies behind a
@@ -55,6 +56,14 @@ func createProxier(ctx context.Context, s *ProxyServer) (proxy.Provider, error) 
 		return nil, fmt.Errorf("opening rtnetlink: %w", err)
 	}
 	ipsetHandle := ipset.New(exec)
+	// Upstream's nftables mode keeps its rules in tables the proxiers remove once
+	// they have synced (a node switched from that mode).
+	var nft nftables.Interface
+	if _, err := exec.LookPath("nft"); err == nil {
+		nft = nftables.New(exec)
+	} else {
+		logger.Info("nft is not installed; tables of upstream's nftables mode, if any, are left in place")
+	}
 	kernelRelease := ""
 	if v, err := kernel.ReadVersion(kernel.DefaultRoot); err == nil {
 		kernelRelease = v.String()
@@ -113,7 +122,7 @@ func createProxier(ctx context.Context, s *ProxyServer) (proxy.Provider, error) 
 			KernelVersion:     kernelRelease,
 		}
 		p, err := ipvsproxy.NewProxier(ctx, opts, ipvsproxy.Kernel{
-			IPVS: ipvsHandle, IPSet: ipsetHandle, IPTables: ipt, Netlink: nl, Sysctl: s.Sysctl, Conntrack: ct,
+			IPVS: ipvsHandle, IPSet: ipsetHandle, IPTables: ipt, Netlink: nl, Sysctl: s.Sysctl, Conntrack: ct, NFTables: nft,
 			Reader: resyncReader(logger, family),
 		}, nil)
 		if err != nil {

@@ -276,9 +276,18 @@ func inCIDRs(ip net.IP, cidrs []*net.IPNet) bool {
 // cleanupTable removes, in one iptables-restore, kube-proxy's chains of table
 // (isKubeProxyChain) and every rule of another chain that jumps to one of them.
 func cleanupTable(ctx context.Context, ipt iptables.Interface, table iptables.Table) error {
+	_, err := removeChains(ctx, ipt, table, func(chain string) bool { return isKubeProxyChain(table, chain) }, nil)
+	return err
+}
+
+// removeChains removes, in one iptables-restore, the chains of table that
+// isChain selects, every rule of another chain that jumps to one of them, and
+// every rule isRule selects (a whole "-A CHAIN ..." line of iptables-save;
+// isRule may be nil). It returns the chains it removed.
+func removeChains(ctx context.Context, ipt iptables.Interface, table iptables.Table, isChain func(string) bool, isRule func(string) bool) ([]string, error) {
 	var buf bytes.Buffer
 	if err := ipt.SaveInto(ctx, table, &buf); err != nil {
-		return err
+		return nil, err
 	}
 	var chains []string
 	var deletes []string
@@ -289,26 +298,26 @@ func cleanupTable(ctx context.Context, ipt iptables.Interface, table iptables.Ta
 		switch {
 		case strings.HasPrefix(line, ":"):
 			name := strings.Fields(line[1:])[0]
-			if isKubeProxyChain(table, name) {
+			if isChain(name) {
 				chains = append(chains, name)
 			}
 		case strings.HasPrefix(line, "-A "):
 			fields := strings.Fields(line)
 			// Rules of the chains being removed go with them; any other chain (built-in
 			// or someone else's) loses only its jumps into them.
-			if len(fields) < 2 || isKubeProxyChain(table, fields[1]) {
+			if len(fields) < 2 || isChain(fields[1]) {
 				continue
 			}
-			if isKubeProxyChain(table, jumpTarget(fields)) {
+			if isChain(jumpTarget(fields)) || (isRule != nil && isRule(line)) {
 				deletes = append(deletes, "-D"+line[2:])
 			}
 		}
 	}
 	if err := sc.Err(); err != nil {
-		return fmt.Errorf("reading iptables-save output: %w", err)
+		return nil, fmt.Errorf("reading iptables-save output: %w", err)
 	}
 	if len(chains) == 0 && len(deletes) == 0 {
-		return nil
+		return nil, nil
 	}
 	var out bytes.Buffer
 	fmt.Fprintf(&out, "*%s\n", table)
@@ -322,7 +331,10 @@ func cleanupTable(ctx context.Context, ipt iptables.Interface, table iptables.Ta
 		fmt.Fprintf(&out, "-X %s\n", c)
 	}
 	out.WriteString("COMMIT\n")
-	return ipt.RestoreAll(ctx, out.Bytes(), iptables.NoFlushTables, iptables.NoRestoreCount)
+	if err := ipt.RestoreAll(ctx, out.Bytes(), iptables.NoFlushTables, iptables.NoRestoreCount); err != nil {
+		return nil, err
+	}
+	return chains, nil
 }
 
 func jumpTarget(fields []string) string {

@@ -28,6 +28,7 @@ import (
 	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/iptables"
 	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/ipvs"
 	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/netlink"
+	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/nftables"
 	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/sysctl"
 )
 
@@ -41,6 +42,7 @@ type testEnv struct {
 	nl    *netlink.Fake
 	sc    *sysctl.Fake
 	ct    *conntrack.Fake
+	nft   *nftables.Fake
 	hc    *healthcheck.FakeServiceHealthServer
 	clock *testingclock.FakeClock
 	p     *Proxier
@@ -57,6 +59,7 @@ func newTestEnv(t *testing.T, family v1.IPFamily, mods ...func(*Options)) *testE
 		nl:    netlink.NewFake(),
 		sc:    sysctl.NewFake(nil),
 		ct:    conntrack.NewFake(),
+		nft:   nftables.NewFake(),
 		hc:    healthcheck.NewFakeServiceHealthServer(),
 		clock: testingclock.NewFakeClock(time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)),
 	}
@@ -96,7 +99,7 @@ func newTestEnv(t *testing.T, family v1.IPFamily, mods ...func(*Options)) *testE
 }
 
 func (e *testEnv) kernel() Kernel {
-	return Kernel{IPVS: e.ipvs, IPSet: &referencedIPSet{Fake: e.ipset, ipt: e.ipt}, IPTables: e.ipt, Netlink: e.nl, Sysctl: e.sc, Conntrack: e.ct}
+	return Kernel{IPVS: e.ipvs, IPSet: &referencedIPSet{Fake: e.ipset, ipt: e.ipt}, IPTables: e.ipt, Netlink: e.nl, Sysctl: e.sc, Conntrack: e.ct, NFTables: e.nft}
 }
 
 // referencedIPSet tells the ipset Fake, before every batch, which sets the iptables

@@ -69,6 +69,7 @@ const (
 	opBindAddress
 	opUnbindAddress
 	opDumpAddresses
+	opNFTablesDeleteTable
 	numKernelOps
 )
 
@@ -88,6 +89,7 @@ var kernelOps = [numKernelOps]struct{ subsystem, operation string }{
 	opBindAddress:         {metrics.SubsystemNetlink, "bind_address"},
 	opUnbindAddress:       {metrics.SubsystemNetlink, "unbind_address"},
 	opDumpAddresses:       {metrics.SubsystemNetlink, "dump"},
+	opNFTablesDeleteTable: {metrics.SubsystemNFTables, "delete_table"},
 }
 
 func observeIPTablesFailure(family v1.IPFamily) {

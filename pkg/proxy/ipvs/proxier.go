@@ -28,6 +28,7 @@ import (
 	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/iptables"
 	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/ipvs"
 	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/netlink"
+	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/nftables"
 	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/sysctl"
 )
 
@@ -95,6 +96,9 @@ type Kernel struct {
 	// for the periodic resync's kernel reads, which run beside the sync loop
 	// (resync.go). Without it those reads share IPVS and Netlink.
 	Reader *KernelReader
+	// NFTables may be nil (no nft binary): upstream's nftables-mode table is then
+	// left in place.
+	NFTables nftables.Interface
 }
 
 // KernelReader is what a periodic resync reads the kernel through.
@@ -138,14 +142,17 @@ type Proxier struct {
 	index   *desiredIndex
 	// svcPorts are the port names of every Service with ports in this family, as
 	// the service tracker reports them.
-	svcPorts   map[types.NamespacedName][]proxy.ServicePortName
-	bc         buildContext
-	applied    *appliedState // nil: unknown, the next sync reads the kernel
-	needFull   bool
-	lastFull   time.Time
-	draining   map[drainKey]int64 // TCP real servers at weight 0 whose endpoint is gone -> deadline (unix ns)
-	retryDelay time.Duration
-	hcSynced   bool
+	svcPorts map[types.NamespacedName][]proxy.ServicePortName
+	bc       buildContext
+	applied  *appliedState // nil: unknown, the next sync reads the kernel
+	needFull bool
+	lastFull time.Time
+	// otherModesRemoved: upstream's iptables- and nftables-mode leftovers are gone
+	// (removeOtherModesLeftovers, after the first full sync that succeeds).
+	otherModesRemoved bool
+	draining          map[drainKey]int64 // TCP real servers at weight 0 whose endpoint is gone -> deadline (unix ns)
+	retryDelay        time.Duration
+	hcSynced          bool
 
 	// Failure isolation: objects the kernel refused, retried with backoff; values not
 	// programmed at all; the ClusterIP keys external addresses must not take.
@@ -431,6 +438,9 @@ func (p *Proxier) syncProxyRules() {
 		p.dropResync() // the inline read below supersedes it
 	}
 	stats, err := p.sync(p.ctx, full, snap)
+	if err == nil && full && !p.otherModesRemoved {
+		p.otherModesRemoved = p.removeOtherModesLeftovers(p.ctx, &stats)
+	}
 	stats.Full, stats.Err = full, err
 	p.lastSync = stats
 	elapsed := p.clock.Since(start)

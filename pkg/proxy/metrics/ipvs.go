@@ -23,7 +23,8 @@ const (
 	SubsystemIPVS      = "ipvs"
 	SubsystemIPSet     = "ipset"
 	SubsystemIPTables  = "iptables"
-	SubsystemNetlink   = "netlink" // addresses on kube-ipvs0, the dummy link
+	SubsystemNetlink   = "netlink"  // addresses on kube-ipvs0, the dummy link
+	SubsystemNFTables  = "nftables" // upstream nftables-mode tables, removed once
 	SubsystemConntrack = "conntrack"
 	SubsystemSysctl    = "sysctl"
 )
