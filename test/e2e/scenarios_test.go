@@ -416,7 +416,7 @@ func TestCleanupLeavesNothing(t *testing.T) {
 	out := guest(t, ctx, `ip link show kube-ipvs0 2>/dev/null | head -1
 ipvsadm -Ln | awk 'NR>3'
 ipset list -n | grep '^KUBE-' || true
-iptables-save | grep -E '^:KUBE-|-j KUBE-' || true`)
+`+kubeProxyChains)
 	if strings.TrimSpace(out) != "" {
 		t.Fatalf("left behind after kube-proxy --cleanup:\n%s", out)
 	}
@@ -444,8 +444,7 @@ func TestCleanupUpstreamIPVSState(t *testing.T) {
 	out := guest(t, ctx, `ip link show kube-ipvs0 2>/dev/null | head -1
 ipvsadm -Ln | awk '$1=="TCP"||$1=="UDP"' | grep -v -w '10.0.2.70:9999' || true
 ipset list -n | grep '^KUBE-' || true
-iptables-save | grep -E '^:KUBE-|-j KUBE-' | grep -v -E 'KUBE-(FIREWALL|KUBELET-CANARY)( |$)' || true
-ip6tables-save | grep -E '^:KUBE-|-j KUBE-' || true`)
+`+kubeProxyChains)
 	if strings.TrimSpace(out) != "" {
 		t.Fatalf("upstream ipvs-mode state left behind after kube-proxy --cleanup:\n%s", out)
 	}
@@ -457,6 +456,16 @@ iptables -t mangle -S KUBE-KUBELET-CANARY >/dev/null && echo kubelet-canary`)
 		t.Fatalf("--cleanup removed state that is not kube-proxy's: kept only %q of foreign-vs,foreign-chain,kubelet-firewall,kubelet-canary\n%s", got, node.KernelState(ctx))
 	}
 }
+
+// kubeProxyChains is a guest script printing every KUBE- chain and jump in
+// both families except the kubelet's (KUBE-FIREWALL, KUBE-KUBELET-CANARY,
+// KUBE-IPTABLES-HINT). Upstream's iptables mode also creates KUBE-FIREWALL, in
+// both families, and never deletes it (its CleanupLeftovers leaves the
+// kubelet's chains alone), so after a migration scenario it is on the node
+// and no kube-proxy --cleanup removes it.
+const kubeProxyChains = `for save in iptables-save ip6tables-save; do
+  $save | grep -E '^:KUBE-|-j KUBE-' | grep -v -E 'KUBE-(FIREWALL|KUBELET-CANARY|IPTABLES-HINT)( |$)' || true
+done`
 
 // runCleanup runs `kube-proxy --cleanup` in the VM with the daemon's config
 // and fails t unless it exits 0.
