@@ -65,6 +65,8 @@ type benchKernel struct {
 	nl    *netlink.Fake
 	// resyncRead sums the time periodic resyncs spent reading the kernel.
 	resyncRead time.Duration
+	// stopProxier cancels the context of the proxier made by newBenchProxier.
+	stopProxier context.CancelFunc
 }
 
 func newBenchKernel() *benchKernel {
@@ -121,7 +123,10 @@ func newBenchProxier(b *testing.B, k *benchKernel, clk *testingclock.FakeClock) 
 		ServiceHealth: healthcheck.NewFakeServiceHealthServer(),
 		KernelVersion: "6.1.0-57-amd64",
 	}
-	p, err := NewProxier(context.Background(), opts, k.kernel(), clk)
+	ctx, cancel := context.WithCancel(context.Background())
+	b.Cleanup(cancel)
+	k.stopProxier = cancel
+	p, err := NewProxier(ctx, opts, k.kernel(), clk)
 	if err != nil {
 		b.Fatalf("NewProxier: %v", err)
 	}
@@ -413,6 +418,11 @@ func BenchmarkSteadyStateHeap(b *testing.B) {
 			rss := rssBytes()
 			full := heapInUse()
 			writeHeapProfile(b)
+			// The fake netlink holds the proxier's address watch (a closure over
+			// the proxier) until the proxier's context ends, as a real
+			// subscription would: end it, so dropping the proxier frees it.
+			held.k.stopProxier()
+			held.k.nl.NotifyAddressChange()
 			held.p = nil
 			withKernel := heapInUse()
 			held.k = nil

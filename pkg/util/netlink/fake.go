@@ -121,6 +121,7 @@ func (f *Fake) notify(dev string) {
 			call = append(call, w.changed)
 		}
 	}
+	clear(f.watches[len(live):]) // a pruned watch must not stay reachable
 	f.watches = live
 	f.mu.Unlock()
 	for _, fn := range call {
