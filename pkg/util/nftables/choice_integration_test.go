@@ -123,4 +123,3 @@ func concatKey(a netip.Addr, proto byte, port uint16) []byte {
 	binary.BigEndian.PutUint16(k[8:], port)
 	return k
 }
-
