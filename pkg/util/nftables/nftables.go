@@ -1,6 +1,7 @@
-// Package nftables removes nftables tables through the nft binary. kube-proxy's
-// ipvs mode needs only that: upstream's nftables mode keeps all of its state in
-// the tables "ip kube-proxy" and "ip6 kube-proxy", and an ipvs-mode kube-proxy
+// Package nftables writes nftables tables: a Ruleset writes one table of its own in
+// atomic transactions over netlink (github.com/google/nftables, no process per
+// write), with a kernel-faithful Fake; DeleteTable removes other tables through the
+// nft binary: upstream's nftables mode keeps all of its state in the tables "ip kube-proxy" and "ip6 kube-proxy", and an ipvs-mode kube-proxy
 // (upstream's, and this one) deletes them when it starts and on --cleanup.
 package nftables
 

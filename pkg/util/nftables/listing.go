@@ -1,0 +1,167 @@
+package nftables
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/google/nftables/userdata"
+)
+
+func userdataComment(c string) []byte { return userdata.AppendString(nil, userdata.TypeComment, c) }
+
+// The canonical form of a table, which the Fake's Dump prints and ParseListing
+// makes of `nft list table` output, so the two can be compared line by line:
+//
+//	table inet kube-proxy-ipvs
+//	chain NAME [type T hook H priority P policy accept]
+//	rule CHAIN <the rule as nft lists it>
+//	set NAME type K[ . K...][ flags interval][ comment "C"]
+//	element SET <the element as nft lists it>
+//
+// Chains and sets are sorted by name; each chain is followed by its rules in
+// order, each set by its elements, sorted.
+type canonChain struct {
+	header string
+	rules  []string
+}
+
+type canonSet struct {
+	header string
+	elems  []string
+}
+
+func canonical(table string, chains map[string]*canonChain, sets map[string]*canonSet) string {
+	var b strings.Builder
+	b.WriteString("table " + table + "\n")
+	names := make([]string, 0, len(chains))
+	for n := range chains {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		c := chains[n]
+		b.WriteString("chain " + n + c.header + "\n")
+		for _, r := range c.rules {
+			b.WriteString("rule " + n + " " + r + "\n")
+		}
+	}
+	names = names[:0]
+	for n := range sets {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		s := sets[n]
+		b.WriteString("set " + n + s.header + "\n")
+		elems := append([]string(nil), s.elems...)
+		sort.Strings(elems)
+		for _, e := range elems {
+			b.WriteString("element " + n + " " + e + "\n")
+		}
+	}
+	return b.String()
+}
+
+func chainHeader(c Chain) string {
+	if !c.base() {
+		return ""
+	}
+	return fmt.Sprintf(" type %s hook %s priority %s policy accept", c.Type, c.Hook, priorityString(c.Hook, c.Priority))
+}
+
+func setHeader(s Set) string {
+	h := " type " + s.typeString()
+	if s.Interval {
+		h += " flags interval"
+	}
+	if s.Comment != "" {
+		h += " comment " + quote(s.Comment)
+	}
+	return h
+}
+
+// ParseListing turns the output of `nft list table FAMILY NAME` into the canonical
+// form above. It knows the constructs this package writes and refuses others, so
+// a table someone changed by hand is reported, not misread.
+func ParseListing(listing string) (string, error) {
+	var table string
+	chains := map[string]*canonChain{}
+	sets := map[string]*canonSet{}
+	var curChain *canonChain
+	var curSet *canonSet
+	inElements := false
+	lines := strings.Split(listing, "\n")
+	for n, raw := range lines {
+		line := strings.TrimSpace(raw)
+		bad := func(why string) error {
+			return fmt.Errorf("nft listing line %d %q: %s", n+1, raw, why)
+		}
+		if inElements {
+			line = strings.TrimSuffix(line, ",")
+			done := strings.HasSuffix(line, "}")
+			line = strings.TrimSpace(strings.TrimSuffix(line, "}"))
+			for _, e := range strings.Split(line, ",") {
+				if e = strings.TrimSpace(e); e != "" {
+					curSet.elems = append(curSet.elems, e)
+				}
+			}
+			inElements = !done
+			continue
+		}
+		switch {
+		case line == "":
+		case strings.HasPrefix(line, "table ") && strings.HasSuffix(line, " {") && table == "":
+			table = strings.TrimSuffix(strings.TrimPrefix(line, "table "), " {")
+		case strings.HasPrefix(line, "chain ") && strings.HasSuffix(line, " {"):
+			name := strings.TrimSuffix(strings.TrimPrefix(line, "chain "), " {")
+			curChain = &canonChain{}
+			chains[name] = curChain
+		case strings.HasPrefix(line, "set ") && strings.HasSuffix(line, " {"):
+			name := strings.TrimSuffix(strings.TrimPrefix(line, "set "), " {")
+			curSet = &canonSet{}
+			sets[name] = curSet
+		case line == "}":
+			switch {
+			case curChain != nil:
+				curChain = nil
+			case curSet != nil:
+				curSet = nil
+			default:
+				table += "" // the table's closing brace
+			}
+		case curSet != nil:
+			switch {
+			case strings.HasPrefix(line, "type "), strings.HasPrefix(line, "flags "), strings.HasPrefix(line, "comment "):
+				curSet.header += " " + line
+			case strings.HasPrefix(line, "elements = {"):
+				inElements = true
+				rest := strings.TrimPrefix(line, "elements = {")
+				done := strings.HasSuffix(rest, "}")
+				rest = strings.TrimSuffix(strings.TrimSuffix(rest, "}"), ",")
+				for _, e := range strings.Split(rest, ",") {
+					if e = strings.TrimSpace(e); e != "" {
+						curSet.elems = append(curSet.elems, e)
+					}
+				}
+				inElements = !done
+			default:
+				return "", bad("unknown set attribute")
+			}
+		case curChain != nil:
+			if strings.HasPrefix(line, "type ") && strings.Contains(line, " hook ") {
+				// "type nat hook prerouting priority dstnat; policy accept;"
+				h := strings.ReplaceAll(strings.TrimSuffix(line, ";"), ";", "")
+				curChain.header = " " + h
+				continue
+			}
+			curChain.rules = append(curChain.rules, line)
+		default:
+			return "", bad("outside any chain or set")
+		}
+	}
+	if table == "" {
+		return "", fmt.Errorf("nft listing without a table")
+	}
+	return canonical(table, chains, sets), nil
+}
