@@ -120,6 +120,35 @@ element svc6 fd00::1 . tcp . 80
 `,
 	},
 	{
+		name: "protocol, interface and conntrack matches",
+		steps: []cstep{{build: func(tx *Transaction) {
+			base(tx)
+			tx.AddChain(chainOut)
+			tx.AddRule("pre", Rule{Stmts: []Stmt{NFProto{}, JumpTo("services")}})
+			tx.AddRule("pre", Rule{Stmts: []Stmt{NFProto{IPv6: true}, AcceptVerdict}})
+			tx.AddRule("services", Rule{Stmts: []Stmt{IifKind{Kind: "bridge", Negate: true}, FibLocal{Source: true, Negate: true}, AcceptVerdict}})
+			tx.AddRule("services", Rule{Stmts: []Stmt{IifName{Name: "cni*"}, ReturnVerdict}})
+			tx.AddRule("services", Rule{Stmts: []Stmt{IifName{Name: "veth*", Negate: true}, ReturnVerdict}})
+			tx.AddRule("out", Rule{Stmts: []Stmt{AddrIn{Field: IPSaddr, Prefix: netip.MustParsePrefix("10.0.0.1/32")}, L4ProtoIs{Proto: 6},
+				CTOriginal{Daddr: netip.MustParseAddr("10.0.0.1"), Port: 80}, DropVerdict}})
+			tx.AddRule("out", Rule{Stmts: []Stmt{AddrIn{Field: IP6Saddr, Prefix: netip.MustParsePrefix("fd00::1/128")}, L4ProtoIs{Proto: 17},
+				CTOriginal{Daddr: netip.MustParseAddr("fd00::1"), Port: 53}, DropVerdict}})
+		}}},
+		want: `table inet kpi-conformance
+chain out type filter hook output priority -110 policy accept
+rule out ip saddr 10.0.0.1 meta l4proto tcp ct original ip daddr 10.0.0.1 ct original proto-dst 80 drop
+rule out ip6 saddr fd00::1 meta l4proto udp ct original ip6 daddr fd00::1 ct original proto-dst 53 drop
+chain pre type nat hook prerouting priority dstnat policy accept
+rule pre meta nfproto ipv4 jump services
+rule pre meta nfproto ipv6 accept
+chain services
+rule services meta iifkind != "bridge" fib saddr type != local accept
+rule services iifname "cni*" return
+rule services iifname != "veth*" return
+set svc type ipv4_addr . inet_proto . inet_service comment "service ports"
+`,
+	},
+	{
 		name: "a refused operation takes the whole transaction back",
 		steps: []cstep{
 			{build: func(tx *Transaction) {

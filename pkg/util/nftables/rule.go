@@ -1,6 +1,7 @@
 package nftables
 
 import (
+	"encoding/binary"
 	"fmt"
 	"net/netip"
 	"strings"
@@ -329,7 +330,7 @@ func (m MarkHas) compile(*ruleCtx) ([]expr.Any, error) {
 	}, nil
 }
 
-// IifName matches the input interface's name.
+// IifName matches the input interface's name; a trailing "*" matches a prefix.
 type IifName struct {
 	Name   string
 	Negate bool
@@ -344,11 +345,15 @@ func (i IifName) render(*ruleCtx) string {
 }
 
 func (i IifName) compile(*ruleCtx) ([]expr.Any, error) {
-	if i.Name == "" || len(i.Name) >= unix.IFNAMSIZ {
+	if i.Name == "" || len(i.Name) >= unix.IFNAMSIZ || i.Name == "*" {
 		return nil, fmt.Errorf("interface name %q", i.Name)
 	}
-	name := make([]byte, unix.IFNAMSIZ)
-	copy(name, i.Name)
+	// "cni*" compares the prefix only; a plain name with its terminating zeros.
+	name := []byte(strings.TrimSuffix(i.Name, "*"))
+	if !strings.HasSuffix(i.Name, "*") {
+		name = make([]byte, unix.IFNAMSIZ)
+		copy(name, i.Name)
+	}
 	return []expr.Any{
 		&expr.Meta{Key: expr.MetaKeyIIFNAME, Register: 1},
 		&expr.Cmp{Op: cmpOp(i.Negate), Register: 1, Data: name},
@@ -478,3 +483,110 @@ var (
 
 // JumpTo is a jump to chain.
 func JumpTo(chain string) Verdict { return Verdict{Kind: Jump, Chain: chain} }
+
+// metaKeyIIFKind is NFT_META_IIFKIND (kernel 5.x), which google/nftables does not name.
+const metaKeyIIFKind expr.MetaKey = 26
+
+// IifKind matches the kind of the input interface ("bridge", "veth", ...).
+type IifKind struct {
+	Kind   string
+	Negate bool
+}
+
+func (i IifKind) render(*ruleCtx) string {
+	op := ""
+	if i.Negate {
+		op = "!= "
+	}
+	return "meta iifkind " + op + quote(i.Kind)
+}
+
+func (i IifKind) compile(*ruleCtx) ([]expr.Any, error) {
+	if i.Kind == "" || len(i.Kind) >= unix.IFNAMSIZ {
+		return nil, fmt.Errorf("interface kind %q", i.Kind)
+	}
+	kind := make([]byte, unix.IFNAMSIZ)
+	copy(kind, i.Kind)
+	return []expr.Any{
+		&expr.Meta{Key: metaKeyIIFKind, Register: 1},
+		&expr.Cmp{Op: cmpOp(i.Negate), Register: 1, Data: kind},
+	}, nil
+}
+
+// NFProto matches the packet's network protocol: `meta nfproto ipv4`.
+type NFProto struct {
+	IPv6 bool
+}
+
+func (n NFProto) render(c *ruleCtx) string {
+	if n.IPv6 {
+		c.nfproto = unix.NFPROTO_IPV6
+		return "meta nfproto ipv6"
+	}
+	c.nfproto = unix.NFPROTO_IPV4
+	return "meta nfproto ipv4"
+}
+
+func (n NFProto) compile(c *ruleCtx) ([]expr.Any, error) {
+	p := byte(unix.NFPROTO_IPV4)
+	if n.IPv6 {
+		p = unix.NFPROTO_IPV6
+	}
+	c.nfproto = p
+	return []expr.Any{
+		&expr.Meta{Key: expr.MetaKeyNFPROTO, Register: 1},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{p}},
+	}, nil
+}
+
+// L4ProtoIs matches the transport protocol: `meta l4proto tcp`.
+type L4ProtoIs struct {
+	Proto byte
+}
+
+func (l L4ProtoIs) render(*ruleCtx) string { return "meta l4proto " + protoString(l.Proto) }
+
+func (l L4ProtoIs) compile(*ruleCtx) ([]expr.Any, error) {
+	return []expr.Any{
+		&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: 1},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{l.Proto}},
+	}, nil
+}
+
+// CTOriginal matches the conntrack entry's original destination: the address a
+// connection was opened to before IPVS rewrote it (with net.ipv4.vs.conntrack=1),
+// and its port when Port is set (which needs an L4ProtoIs before it).
+type CTOriginal struct {
+	Daddr netip.Addr
+	Port  uint16
+}
+
+func (o CTOriginal) render(*ruleCtx) string {
+	fam := "ip"
+	if o.Daddr.Is6() {
+		fam = "ip6"
+	}
+	s := "ct original " + fam + " daddr " + o.Daddr.String()
+	if o.Port != 0 {
+		s += fmt.Sprintf(" ct original proto-dst %d", o.Port)
+	}
+	return s
+}
+
+func (o CTOriginal) compile(*ruleCtx) ([]expr.Any, error) {
+	if !o.Daddr.IsValid() {
+		return nil, fmt.Errorf("ct original daddr without an address")
+	}
+	// The family-neutral key with a direction (google/nftables sends the direction
+	// only with it); the comparison covers the address's own bytes.
+	out := []expr.Any{
+		&expr.Ct{Register: 1, Key: expr.CtKeyDST, Direction: 0},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: o.Daddr.AsSlice()},
+	}
+	if o.Port != 0 {
+		out = append(out,
+			&expr.Ct{Register: 1, Key: expr.CtKeyPROTODST, Direction: 0},
+			&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: binary.BigEndian.AppendUint16(nil, o.Port)})
+	}
+	return out, nil
+}
