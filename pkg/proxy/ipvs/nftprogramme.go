@@ -1,0 +1,331 @@
+package ipvs
+
+// The nftables rules backend's programme (issue 16): the same decisions as the
+// iptables + ipset programme of iptables.go and sets.go, as native nftables in one
+// table of our own. Unlike the iptables text, the rules here never depend on which
+// sets are empty: a Service's arrival or departure changes set elements only, and
+// the rules are written once.
+
+import (
+	"fmt"
+	"net/netip"
+	"strconv"
+	"strings"
+
+	v1 "k8s.io/api/core/v1"
+
+	nft "github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/nftables"
+)
+
+// nftTable holds both families' objects, each named with its family's prefix
+// ("ip-" or "ip6-"), so the two family proxiers never write the same object.
+var nftTable = nft.Table{Family: nft.FamilyInet, Name: "kube-proxy-ipvs"}
+
+// nftSetInfo is one set of the nftables programme and the ipsets whose members it
+// holds.
+type nftSetInfo struct {
+	name string
+	// key lists the fields, with "addr" standing for the family's address type.
+	key      []string
+	interval bool
+	from     []string // the ipsets (base names) whose entries become its elements
+	comment  string
+}
+
+// nftSetTable lists every set. TCP and UDP node ports share one set keyed by
+// protocol and port (the iptables programme needs a bitmap per protocol); SCTP node
+// ports keep the node address in the key, as upstream's SCTP ipsets do; the source
+// IPs and CIDRs of LoadBalancer source ranges share one interval set.
+var nftSetTable = []nftSetInfo{
+	{"loop-back", []string{"addr", "proto", "port", "addr"}, false, []string{setLoopBack}, "endpoint, protocol, port and the endpoint as source: hairpin traffic"},
+	{"cluster-ip", []string{"addr", "proto", "port"}, false, []string{setClusterIP}, "cluster IP, protocol and port"},
+	{"external-ip", []string{"addr", "proto", "port"}, false, []string{setExternalIP}, "external IP, protocol and port"},
+	{"external-ip-local", []string{"addr", "proto", "port"}, false, []string{setExternalIPLocal}, "external IP, protocol and port with externalTrafficPolicy=Local"},
+	{"load-balancer", []string{"addr", "proto", "port"}, false, []string{setLoadBalancer}, "load-balancer IP, protocol and port"},
+	{"load-balancer-fw", []string{"addr", "proto", "port"}, false, []string{setLoadBalancerFW}, "load-balancer IP, protocol and port with source ranges"},
+	{"load-balancer-local", []string{"addr", "proto", "port"}, false, []string{setLoadBalancerLocal}, "load-balancer IP, protocol and port with externalTrafficPolicy=Local"},
+	{"load-balancer-source", []string{"addr", "proto", "port", "addr"}, true, []string{setLoadBalancerSourceIP, setLoadBalancerSourceCIDR}, "load-balancer IP, protocol, port and an allowed source range"},
+	{"node-port", []string{"proto", "port"}, false, []string{setNodePortTCP, setNodePortUDP}, "TCP and UDP node ports"},
+	{"node-port-local", []string{"proto", "port"}, false, []string{setNodePortLocalTCP, setNodePortLocalUDP}, "TCP and UDP node ports with externalTrafficPolicy=Local"},
+	{"node-port-sctp", []string{"addr", "proto", "port"}, false, []string{setNodePortSCTP}, "node address, protocol and SCTP node port"},
+	{"node-port-local-sctp", []string{"addr", "proto", "port"}, false, []string{setNodePortLocalSCTP}, "node address, protocol and SCTP node port with externalTrafficPolicy=Local"},
+	{"health-check-node-port", []string{"proto", "port"}, false, []string{setHealthCheckNodePort}, "health check node ports"},
+	{"ipvs-ips", []string{"addr"}, false, []string{setIPVSIPs}, "addresses on the IPVS interface"},
+}
+
+// nftSetFor returns the nftables set holding an ipset's entries.
+func nftSetFor(base string) (nftSetInfo, bool) {
+	for _, s := range nftSetTable {
+		for _, f := range s.from {
+			if f == base {
+				return s, true
+			}
+		}
+	}
+	return nftSetInfo{}, false
+}
+
+// nftFamily names one family's objects and fields in the shared table.
+type nftFamily struct {
+	ipv6   bool
+	prefix string
+	addr   nft.KeyType
+	daddr  nft.Field
+	saddr  nft.Field
+}
+
+func newNFTFamily(family v1.IPFamily) nftFamily {
+	if family == v1.IPv6Protocol {
+		return nftFamily{ipv6: true, prefix: "ip6-", addr: nft.KeyIPv6Addr, daddr: nft.IP6Daddr, saddr: nft.IP6Saddr}
+	}
+	return nftFamily{prefix: "ip-", addr: nft.KeyIPv4Addr, daddr: nft.IPDaddr, saddr: nft.IPSaddr}
+}
+
+func (f nftFamily) name(s string) string { return f.prefix + s }
+
+func (f nftFamily) set(s nftSetInfo) nft.Set {
+	out := nft.Set{Name: f.name(s.name), Interval: s.interval, Comment: s.comment}
+	for _, k := range s.key {
+		switch k {
+		case "addr":
+			out.Key = append(out.Key, f.addr)
+		case "proto":
+			out.Key = append(out.Key, nft.KeyInetProto)
+		case "port":
+			out.Key = append(out.Key, nft.KeyInetService)
+		}
+	}
+	return out
+}
+
+// nftElement turns an ipset entry (the text `ipset save` prints) into the fields
+// of its nftables element.
+func nftElement(base, entry string) (string, []string, error) {
+	s, ok := nftSetFor(base)
+	if !ok {
+		return "", nil, fmt.Errorf("no nftables set holds ipset %s", base)
+	}
+	bad := func() (string, []string, error) {
+		return "", nil, fmt.Errorf("ipset %s: entry %q has not the form of its type", base, entry)
+	}
+	switch base {
+	case setNodePortTCP, setNodePortLocalTCP:
+		return s.name, []string{"tcp", entry}, nil
+	case setNodePortUDP, setNodePortLocalUDP:
+		return s.name, []string{"udp", entry}, nil
+	case setHealthCheckNodePort:
+		// Health checks are served over TCP only.
+		return s.name, []string{"tcp", entry}, nil
+	case setIPVSIPs:
+		return s.name, []string{entry}, nil
+	}
+	// addr,proto:port[,addr-or-cidr]
+	parts := strings.Split(entry, ",")
+	if len(parts) < 2 || len(parts) > 3 || len(parts) != len(s.key)-1 {
+		return bad()
+	}
+	proto, port, ok := strings.Cut(parts[1], ":")
+	if !ok {
+		return bad()
+	}
+	fields := []string{parts[0], proto, port}
+	if len(parts) == 3 {
+		fields = append(fields, parts[2])
+	}
+	return s.name, fields, nil
+}
+
+// nftProgramme is every set definition, chain and rule of one family.
+type nftProgramme struct {
+	sets   []nft.Set
+	chains []nft.Chain
+	rules  map[string][]nft.Rule
+}
+
+// buildNFTProgramme writes the decisions of buildIPTablesRules as nftables. It
+// does no I/O.
+func buildNFTProgramme(in *rulesInput) (*nftProgramme, error) {
+	f := newNFTFamily(in.family)
+	p := &nftProgramme{rules: map[string][]nft.Rule{}}
+	for _, s := range nftSetTable {
+		p.sets = append(p.sets, f.set(s))
+	}
+	mark64, err := strconv.ParseUint(in.masqueradeMark, 0, 32)
+	if err != nil {
+		return nil, fmt.Errorf("masquerade mark %q: %w", in.masqueradeMark, err)
+	}
+	mark := uint32(mark64)
+	detector, err := nftLocalDetector(f, in.localDetectorArgs)
+	if err != nil {
+		return nil, err
+	}
+
+	n := f.name
+	guard := nft.NFProto{IPv6: f.ipv6}
+	base := func(name string, t nft.ChainType, h nft.Hook, prio int, targets ...string) {
+		p.chains = append(p.chains, nft.Chain{Name: n(name), Type: t, Hook: h, Priority: prio})
+		for _, to := range targets {
+			p.rules[n(name)] = append(p.rules[n(name)], nft.Rule{Stmts: []nft.Stmt{guard, nft.JumpTo(n(to))}})
+		}
+	}
+	// The built-in chains the iptables programme hooks into, at iptables' priorities.
+	base("nat-prerouting", nft.ChainTypeNAT, nft.HookPrerouting, -100, "services")
+	base("nat-output", nft.ChainTypeNAT, nft.HookOutput, -100, "services")
+	base("nat-postrouting", nft.ChainTypeNAT, nft.HookPostrouting, 100, "postrouting")
+	base("filter-forward", nft.ChainTypeFilter, nft.HookForward, 0, "forward", "proxy-firewall")
+	base("filter-input", nft.ChainTypeFilter, nft.HookInput, 0, "node-port-filter", "proxy-firewall", "ipvs-filter")
+	base("filter-output", nft.ChainTypeFilter, nft.HookOutput, 0, "ipvs-out-filter")
+	for _, c := range []string{"services", "postrouting", "node-port", "load-balancer", "mark-masq",
+		"forward", "node-port-filter", "proxy-firewall", "source-ranges-firewall", "ipvs-filter", "ipvs-out-filter"} {
+		p.chains = append(p.chains, nft.Chain{Name: n(c)})
+	}
+	add := func(chain, comment string, stmts ...nft.Stmt) {
+		p.rules[n(chain)] = append(p.rules[n(chain)], nft.Rule{Stmts: stmts, Comment: comment})
+	}
+	dst := func(set string) nft.InSet {
+		return nft.InSet{Fields: []nft.Field{f.daddr, nft.L4Proto, nft.THDport}, Set: n(set)}
+	}
+	dstSrc := func(set string) nft.InSet {
+		return nft.InSet{Fields: []nft.Field{f.daddr, nft.L4Proto, nft.THDport, f.saddr}, Set: n(set)}
+	}
+	port := func(set string) nft.InSet {
+		return nft.InSet{Fields: []nft.Field{nft.L4Proto, nft.THDport}, Set: n(set)}
+	}
+	jump := func(c string) nft.Stmt { return nft.JumpTo(n(c)) }
+	loopback := netip.MustParsePrefix("127.0.0.0/8")
+	if f.ipv6 {
+		loopback = netip.MustParsePrefix("::1/128")
+	}
+
+	// services (nat): what KUBE-SERVICES does.
+	add("services", "", nft.AddrIn{Field: f.saddr, Prefix: loopback}, nft.ReturnVerdict)
+	add("services", "", dst("load-balancer"), jump("load-balancer"))
+	switch {
+	case in.masqueradeAll:
+		add("services", "", dst("cluster-ip"), jump("mark-masq"))
+	case len(detector) > 0:
+		// Off-cluster traffic to a service VIP is masqueraded: it may leave the node.
+		add("services", "", append(append([]nft.Stmt{}, detector...), dst("cluster-ip"), jump("mark-masq"))...)
+	default:
+		// Node-originated traffic picks a VIP on kube-ipvs0 as its source.
+		add("services", "", nft.InSet{Fields: []nft.Field{f.saddr, nft.L4Proto, nft.THDport}, Set: n("cluster-ip")}, jump("mark-masq"))
+	}
+	add("services", "", dst("external-ip"), jump("mark-masq"))
+	for _, s := range []string{"external-ip", "external-ip-local"} {
+		// Traffic from off the machine (not through a bridge, not from the node)...
+		add("services", "", dst(s), nft.IifKind{Kind: "bridge", Negate: true}, nft.FibLocal{Source: true, Negate: true}, nft.AcceptVerdict)
+		// ...and traffic to external IPs that are local addresses stays local.
+		add("services", "", dst(s), nft.FibLocal{}, nft.AcceptVerdict)
+	}
+	add("services", "", nft.FibLocal{}, jump("node-port"))
+	add("services", "", dst("cluster-ip"), nft.AcceptVerdict)
+	add("services", "", dst("load-balancer"), nft.AcceptVerdict)
+
+	add("load-balancer", "", dst("load-balancer-local"), nft.ReturnVerdict)
+	add("load-balancer", "", jump("mark-masq"))
+
+	add("node-port", "", port("node-port-local"), nft.ReturnVerdict)
+	add("node-port", "", port("node-port"), jump("mark-masq"))
+	add("node-port", "", dst("node-port-local-sctp"), nft.ReturnVerdict)
+	add("node-port", "", dst("node-port-sctp"), jump("mark-masq"))
+
+	add("mark-masq", "", nft.MarkSet{Bits: mark})
+
+	add("postrouting", "", dstSrc("loop-back"), nft.Masquerade{})
+	add("postrouting", "", nft.MarkHas{Mask: mark, Negate: true}, nft.ReturnVerdict)
+	// Clear the mark so a packet that traverses the stack again is not masqueraded twice.
+	add("postrouting", "", nft.MarkSet{Bits: mark, Xor: true})
+	add("postrouting", masqueradeComment, nft.Masquerade{FullyRandom: true})
+
+	// filter
+	add("forward", forwardRulesComment, nft.MarkHas{Mask: mark}, nft.AcceptVerdict)
+	add("forward", forwardConntrackComment, nft.CTState{States: []string{"related", "established"}}, nft.AcceptVerdict)
+	add("node-port-filter", "", port("health-check-node-port"), nft.AcceptVerdict)
+	add("proxy-firewall", "", dst("load-balancer-fw"), jump("source-ranges-firewall"))
+	add("source-ranges-firewall", "", dstSrc("load-balancer-source"), nft.ReturnVerdict)
+	add("source-ranges-firewall", "", nft.DropVerdict)
+	// kubernetes#72236: service addresses on kube-ipvs0 must not expose the node's
+	// own ports; only the service ports are reachable through them.
+	for _, s := range []string{"load-balancer", "cluster-ip", "external-ip", "external-ip-local"} {
+		add("ipvs-filter", "", dst(s), nft.ReturnVerdict)
+	}
+	add("ipvs-filter", "", port("health-check-node-port"), nft.ReturnVerdict)
+	add("ipvs-filter", "", nft.CTState{States: []string{"new"}}, nft.InSet{Fields: []nft.Field{f.daddr}, Set: n("ipvs-ips")}, nft.Reject{})
+
+	for _, r := range in.outFilterRules {
+		rule, err := nftOutFilterRule(f, r)
+		if err != nil {
+			return nil, err
+		}
+		p.rules[n("ipvs-out-filter")] = append(p.rules[n("ipvs-out-filter")], rule)
+	}
+	return p, nil
+}
+
+// nftLocalDetector turns the local-traffic detector's iptables arguments ("! -s
+// CIDR", "! -i NAME", "! -i PREFIX+") into nftables matches.
+func nftLocalDetector(f nftFamily, args []string) ([]nft.Stmt, error) {
+	if len(args) == 0 {
+		return nil, nil
+	}
+	if len(args) != 3 || args[0] != "!" {
+		return nil, fmt.Errorf("local traffic detector %q: not a form this backend knows", strings.Join(args, " "))
+	}
+	switch args[1] {
+	case "-s":
+		p, err := netip.ParsePrefix(args[2])
+		if err != nil || p.Addr().Is6() != f.ipv6 {
+			return nil, fmt.Errorf("local traffic detector %q: not a CIDR of the family", strings.Join(args, " "))
+		}
+		return []nft.Stmt{nft.AddrIn{Field: f.saddr, Prefix: p.Masked(), Negate: true}}, nil
+	case "-i":
+		name := args[2]
+		if strings.HasSuffix(name, "+") {
+			name = strings.TrimSuffix(name, "+") + "*"
+		}
+		return []nft.Stmt{nft.IifName{Name: name, Negate: true}}, nil
+	}
+	return nil, fmt.Errorf("local traffic detector %q: not a form this backend knows", strings.Join(args, " "))
+}
+
+// nftOutFilterRule turns a KUBE-IPVS-OUT-FILTER rule body ("-s IP -m ipvs --vaddr
+// IP --vproto PROTO --vport PORT -j DROP": the node may not reach its own
+// LoadBalancer address when the node is not an allowed source) into a rule on the
+// connection's original destination, which IPVS keeps in conntrack.
+func nftOutFilterRule(f nftFamily, body string) (nft.Rule, error) {
+	w := strings.Fields(body)
+	if len(w) != 12 || w[0] != "-s" || w[2] != "-m" || w[3] != "ipvs" || w[4] != "--vaddr" || w[6] != "--vproto" || w[8] != "--vport" || w[10] != "-j" || w[11] != "DROP" {
+		return nft.Rule{}, fmt.Errorf("out-filter rule %q: not a form this backend knows", body)
+	}
+	src, err1 := netip.ParseAddr(w[1])
+	vaddr, err2 := netip.ParseAddr(w[5])
+	port, err3 := strconv.ParseUint(w[9], 10, 16)
+	proto, ok := map[string]byte{"tcp": 6, "udp": 17, "sctp": 132}[w[7]]
+	if err1 != nil || err2 != nil || err3 != nil || !ok || src.Is6() != f.ipv6 || vaddr.Is6() != f.ipv6 {
+		return nft.Rule{}, fmt.Errorf("out-filter rule %q: bad address, protocol or port", body)
+	}
+	return nft.Rule{Stmts: []nft.Stmt{
+		nft.AddrIn{Field: f.saddr, Prefix: netip.PrefixFrom(src, src.BitLen())},
+		nft.L4ProtoIs{Proto: proto},
+		nft.CTOriginal{Daddr: vaddr, Port: uint16(port)},
+		nft.DropVerdict,
+	}}, nil
+}
+
+// writeAll adds the whole programme to tx: the table, every set and chain, and
+// every chain's rules after flushing it. Set elements are not touched.
+func (p *nftProgramme) writeAll(tx *nft.Transaction) {
+	tx.AddTable()
+	for _, s := range p.sets {
+		tx.AddSet(s)
+	}
+	for _, c := range p.chains {
+		tx.AddChain(c)
+	}
+	for _, c := range p.chains {
+		tx.FlushChain(c.Name)
+		for _, r := range p.rules[c.Name] {
+			tx.AddRule(c.Name, r)
+		}
+	}
+}

@@ -1,0 +1,136 @@
+package ipvs
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	v1 "k8s.io/api/core/v1"
+
+	nft "github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/nftables"
+)
+
+// nftSampleEntries holds one ipset entry of every set, per family, in the text
+// `ipset save` prints (what the proxier's desired state holds).
+var nftSampleEntries = map[v1.IPFamily]map[string][]string{
+	v1.IPv4Protocol: {
+		setLoopBack:               {"10.244.0.5,tcp:8080,10.244.0.5"},
+		setClusterIP:              {"10.96.0.1,tcp:443", "10.96.0.10,udp:53"},
+		setExternalIP:             {"192.0.2.20,tcp:80"},
+		setExternalIPLocal:        {"192.0.2.21,tcp:80"},
+		setLoadBalancer:           {"192.0.2.10,tcp:80"},
+		setLoadBalancerFW:         {"192.0.2.10,tcp:80"},
+		setLoadBalancerLocal:      {"192.0.2.11,sctp:80"},
+		setLoadBalancerSourceIP:   {"192.0.2.10,tcp:80,192.0.2.10"},
+		setLoadBalancerSourceCIDR: {"192.0.2.10,tcp:80,10.0.0.0/8"},
+		setNodePortTCP:            {"30080"},
+		setNodePortLocalTCP:       {"30081"},
+		setNodePortUDP:            {"30053"},
+		setNodePortLocalUDP:       {"30054"},
+		setNodePortSCTP:           {"192.168.1.2,sctp:30132"},
+		setNodePortLocalSCTP:      {"192.168.1.2,sctp:30133"},
+		setHealthCheckNodePort:    {"31000"},
+		setIPVSIPs:                {"10.96.0.1", "10.96.0.10"},
+	},
+	v1.IPv6Protocol: {
+		setLoopBack:               {"fd00:10:244::5,tcp:8080,fd00:10:244::5"},
+		setClusterIP:              {"fd00:10:96::1,tcp:443"},
+		setLoadBalancerSourceCIDR: {"fd00:192::10,tcp:80,fd00::/8"},
+		setNodePortSCTP:           {"fd00:168::2,sctp:30132"},
+		setIPVSIPs:                {"fd00:10:96::1"},
+	},
+}
+
+// nftProgrammeInputs are the rule inputs a test loads: both families, and each way
+// the cluster-IP masquerade is decided.
+func nftProgrammeInputs() []*rulesInput {
+	return []*rulesInput{
+		{family: v1.IPv4Protocol, masqueradeMark: "0x004000", localDetectorArgs: []string{"!", "-s", "10.244.0.0/16"},
+			outFilterRules: []string{"-s 192.0.2.10 -m ipvs --vaddr 192.0.2.10 --vproto tcp --vport 80 -j DROP"}},
+		{family: v1.IPv6Protocol, masqueradeMark: "0x004000", localDetectorArgs: []string{"!", "-i", "cni+"}},
+	}
+}
+
+// loadNFTProgramme writes the programme of every input and every sample element
+// into r in one transaction per family.
+func loadNFTProgramme(t *testing.T, r nft.Ruleset) {
+	t.Helper()
+	for _, in := range nftProgrammeInputs() {
+		p, err := buildNFTProgramme(in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tx := nft.NewTransaction()
+		p.writeAll(tx)
+		f := newNFTFamily(in.family)
+		for base, entries := range nftSampleEntries[in.family] {
+			for _, e := range entries {
+				set, fields, err := nftElement(base, e)
+				if err != nil {
+					t.Fatal(err)
+				}
+				tx.AddElements(f.name(set), fields)
+			}
+		}
+		if err := r.Run(context.Background(), tx); err != nil {
+			t.Fatalf("%s programme: %v", in.family, err)
+		}
+	}
+}
+
+func TestNFTProgrammeLoads(t *testing.T) {
+	fake := nft.NewFakeRuleset(nftTable)
+	loadNFTProgramme(t, fake)
+	// Writing it again changes nothing (a full resync rewrites the rules).
+	before, _ := fake.Dump(context.Background())
+	loadNFTProgramme(t, fake)
+	after, _ := fake.Dump(context.Background())
+	if before != after {
+		t.Fatalf("rewriting the programme changed the table:\n%s\n---\n%s", before, after)
+	}
+	for _, want := range []string{
+		"chain ip-nat-prerouting type nat hook prerouting priority dstnat policy accept",
+		"rule ip-nat-prerouting meta nfproto ipv4 jump ip-services",
+		"rule ip6-filter-input meta nfproto ipv6 jump ip6-ipvs-filter",
+		"rule ip-services ip saddr != 10.244.0.0/16 ip daddr . meta l4proto . th dport @ip-cluster-ip jump ip-mark-masq",
+		"rule ip6-services iifname != \"cni*\" ip6 daddr . meta l4proto . th dport @ip6-cluster-ip jump ip6-mark-masq",
+		"rule ip-services ip daddr . meta l4proto . th dport @ip-external-ip meta iifkind != \"bridge\" fib saddr type != local accept",
+		"rule ip-postrouting masquerade fully-random comment \"kubernetes service traffic requiring SNAT\"",
+		"rule ip-ipvs-filter ct state new ip daddr @ip-ipvs-ips reject with icmp port-unreachable",
+		"rule ip6-ipvs-filter ct state new ip6 daddr @ip6-ipvs-ips reject with icmpv6 port-unreachable",
+		"rule ip-ipvs-out-filter ip saddr 192.0.2.10 meta l4proto tcp ct original ip daddr 192.0.2.10 ct original proto-dst 80 drop",
+		"element ip-node-port tcp . 30080",
+		"element ip-node-port udp . 30053",
+		"element ip-load-balancer-source 192.0.2.10 . tcp . 80 . 10.0.0.0/8",
+		"element ip-load-balancer-source 192.0.2.10 . tcp . 80 . 192.0.2.10",
+		"element ip6-load-balancer-source fd00:192::10 . tcp . 80 . fd00::/8",
+		"element ip-health-check-node-port tcp . 31000",
+		"element ip6-loop-back fd00:10:244::5 . tcp . 8080 . fd00:10:244::5",
+	} {
+		if !strings.Contains(after, want+"\n") {
+			t.Errorf("the table lacks %q", want)
+		}
+	}
+	if t.Failed() {
+		t.Logf("table:\n%s", after)
+	}
+}
+
+func TestNFTElementRefusesMalformedEntries(t *testing.T) {
+	for _, c := range []struct{ base, entry string }{
+		{setClusterIP, "10.96.0.1"},
+		{setClusterIP, "10.96.0.1,tcp"},
+		{setLoopBack, "10.96.0.1,tcp:80"},
+		{"KUBE-NOSUCH", "1"},
+	} {
+		if _, _, err := nftElement(c.base, c.entry); err == nil {
+			t.Errorf("%s %q was accepted", c.base, c.entry)
+		}
+	}
+	if _, err := nftOutFilterRule(newNFTFamily(v1.IPv4Protocol), "-s 192.0.2.10 -j DROP"); err == nil {
+		t.Errorf("an unknown out-filter rule was accepted")
+	}
+	if _, err := nftLocalDetector(newNFTFamily(v1.IPv6Protocol), []string{"!", "-s", "10.0.0.0/8"}); err == nil {
+		t.Errorf("an IPv4 detector CIDR was accepted for IPv6")
+	}
+}
