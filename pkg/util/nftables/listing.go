@@ -2,7 +2,8 @@ package nftables
 
 import (
 	"fmt"
-	"sort"
+	"maps"
+	"slices"
 	"strings"
 
 	"github.com/google/nftables/userdata"
@@ -34,29 +35,17 @@ type canonSet struct {
 func canonical(table string, chains map[string]*canonChain, sets map[string]*canonSet) string {
 	var b strings.Builder
 	b.WriteString("table " + table + "\n")
-	names := make([]string, 0, len(chains))
-	for n := range chains {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	for _, n := range names {
+	for _, n := range slices.Sorted(maps.Keys(chains)) {
 		c := chains[n]
 		b.WriteString("chain " + n + c.header + "\n")
 		for _, r := range c.rules {
 			b.WriteString("rule " + n + " " + r + "\n")
 		}
 	}
-	names = names[:0]
-	for n := range sets {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	for _, n := range names {
+	for _, n := range slices.Sorted(maps.Keys(sets)) {
 		s := sets[n]
 		b.WriteString("set " + n + s.header + "\n")
-		elems := append([]string(nil), s.elems...)
-		sort.Strings(elems)
-		for _, e := range elems {
+		for _, e := range slices.Sorted(slices.Values(s.elems)) {
 			b.WriteString("element " + n + " " + e + "\n")
 		}
 	}

@@ -141,10 +141,7 @@ func (s InSet) render(c *ruleCtx) string {
 		names[i] = fieldInfo[f].text
 		c.sawField(f)
 	}
-	op := ""
-	if s.Negate {
-		op = "!= "
-	}
+	op := neq(s.Negate)
 	return strings.Join(names, " . ") + " " + op + "@" + s.Set
 }
 
@@ -190,10 +187,7 @@ type AddrIn struct {
 
 func (a AddrIn) render(c *ruleCtx) string {
 	c.sawField(a.Field)
-	op := ""
-	if a.Negate {
-		op = "!= "
-	}
+	op := neq(a.Negate)
 	v := a.Prefix.String()
 	if a.Prefix.Bits() == a.Prefix.Addr().BitLen() {
 		v = a.Prefix.Addr().String()
@@ -216,6 +210,14 @@ func (a AddrIn) compile(c *ruleCtx) ([]expr.Any, error) {
 		out = append(out, &expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: uint32(len(addr)), Mask: mask, Xor: make([]byte, len(addr))})
 	}
 	return append(out, &expr.Cmp{Op: cmpOp(a.Negate), Register: 1, Data: addr}), nil
+}
+
+// neq is the operator nft prints before a negated value.
+func neq(negate bool) string {
+	if negate {
+		return "!= "
+	}
+	return ""
 }
 
 func cmpOp(negate bool) expr.CmpOp {
@@ -337,10 +339,7 @@ type IifName struct {
 }
 
 func (i IifName) render(*ruleCtx) string {
-	op := ""
-	if i.Negate {
-		op = "!= "
-	}
+	op := neq(i.Negate)
 	return "iifname " + op + quote(i.Name)
 }
 
@@ -494,10 +493,7 @@ type IifKind struct {
 }
 
 func (i IifKind) render(*ruleCtx) string {
-	op := ""
-	if i.Negate {
-		op = "!= "
-	}
+	op := neq(i.Negate)
 	return "meta iifkind " + op + quote(i.Kind)
 }
 
