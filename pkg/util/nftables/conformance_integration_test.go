@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
 	utilexec "k8s.io/utils/exec"
 
 	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/testing/netns"
@@ -18,7 +19,11 @@ import (
 // parsed) in both.
 func TestIntegrationConformance(t *testing.T) {
 	netns.Run(t, func(t *testing.T) {
-		runConformance(t, func(t *testing.T) Ruleset {
+		var uts unix.Utsname
+		if err := unix.Uname(&uts); err != nil {
+			t.Fatal(err)
+		}
+		runConformance(t, unix.ByteSliceToString(uts.Release[:]), func(t *testing.T) Ruleset {
 			r, err := NewNetlink(conformanceTable, utilexec.New())
 			if err != nil {
 				t.Fatal(err)
