@@ -135,6 +135,60 @@ func nftElement(base, entry string) (string, []string, error) {
 	return s.name, fields, nil
 }
 
+// nftSourceRanges turns the allowed sources of LoadBalancer ports (the fields of
+// load-balancer-source elements: address, protocol, port, source range) into the
+// elements the interval set may hold. Recent kernels (6.18) refuse an interval that
+// overlaps another with EEXIST, and two ranges of one port overlap whenever one
+// contains the other (a source range holding the LB address itself, which the
+// programme also allows, or a range listed inside a wider one): only the widest
+// ranges of each port are kept, which allow exactly the same sources.
+func nftSourceRanges(elems [][]string) ([][]string, error) {
+	type port struct{ addr, proto, port string }
+	ranges := map[port][]netip.Prefix{}
+	var order []port
+	for _, e := range elems {
+		if len(e) != 4 {
+			return nil, fmt.Errorf("source range element %q: want 4 fields", strings.Join(e, " . "))
+		}
+		p, err := netip.ParsePrefix(e[3])
+		if err != nil {
+			a, aerr := netip.ParseAddr(e[3])
+			if aerr != nil {
+				return nil, fmt.Errorf("source range element %q: %w", strings.Join(e, " . "), err)
+			}
+			p = netip.PrefixFrom(a, a.BitLen())
+		}
+		k := port{e[0], e[1], e[2]}
+		if _, ok := ranges[k]; !ok {
+			order = append(order, k)
+		}
+		ranges[k] = append(ranges[k], p.Masked())
+	}
+	var out [][]string
+	for _, k := range order {
+		ps := ranges[k]
+		for i, p := range ps {
+			covered := false
+			for j, q := range ps {
+				// Drop p when a wider q holds it, or an equal q comes first.
+				if i != j && q.Bits() <= p.Bits() && q.Contains(p.Addr()) && (q.Bits() < p.Bits() || j < i) {
+					covered = true
+					break
+				}
+			}
+			if covered {
+				continue
+			}
+			v := p.String()
+			if p.IsSingleIP() {
+				v = p.Addr().String()
+			}
+			out = append(out, []string{k.addr, k.proto, k.port, v})
+		}
+	}
+	return out, nil
+}
+
 // nftProgramme is every set definition, chain and rule of one family.
 type nftProgramme struct {
 	sets   []nft.Set

@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
+
 	v1 "k8s.io/api/core/v1"
 
 	nft "github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/nftables"
@@ -132,5 +134,49 @@ func TestNFTElementRefusesMalformedEntries(t *testing.T) {
 	}
 	if _, err := nftLocalDetector(newNFTFamily(v1.IPv6Protocol), []string{"!", "-s", "10.0.0.0/8"}); err == nil {
 		t.Errorf("an IPv4 detector CIDR was accepted for IPv6")
+	}
+}
+
+func TestNFTSourceRangesKeepTheWidest(t *testing.T) {
+	in := [][]string{
+		{"192.0.2.10", "tcp", "80", "10.0.0.0/8"},
+		{"192.0.2.10", "tcp", "80", "10.1.0.0/16"}, // inside 10.0.0.0/8
+		{"192.0.2.10", "tcp", "80", "10.2.3.4"},    // the LB address case: inside too
+		{"192.0.2.10", "tcp", "80", "192.168.0.0/24"},
+		{"192.0.2.10", "tcp", "80", "192.168.0.0/24"}, // twice
+		{"192.0.2.10", "udp", "80", "10.1.0.0/16"},    // another port keeps its own
+		{"192.0.2.10", "tcp", "80", "192.168.0.7/32"},
+	}
+	got, err := nftSourceRanges(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := [][]string{
+		{"192.0.2.10", "tcp", "80", "10.0.0.0/8"},
+		{"192.0.2.10", "tcp", "80", "192.168.0.0/24"},
+		{"192.0.2.10", "udp", "80", "10.1.0.0/16"},
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Fatalf("(-want +got):\n%s", diff)
+	}
+	// What is left loads into an interval set that refuses overlaps.
+	fake := nft.NewFakeRuleset(nftTable)
+	p, err := buildNFTProgramme(nftProgrammeInputs()[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	tx := nft.NewTransaction()
+	p.writeAll(tx)
+	tx.AddElements("ip-load-balancer-source", got...)
+	if err := fake.Run(context.Background(), tx); err != nil {
+		t.Fatal(err)
+	}
+	tx = nft.NewTransaction()
+	tx.AddElements("ip-load-balancer-source", in...)
+	if err := fake.Run(context.Background(), tx); err == nil {
+		t.Fatalf("the overlapping ranges were accepted: the test proves nothing")
+	}
+	if _, err := nftSourceRanges([][]string{{"192.0.2.10", "tcp", "80", "not-a-range"}}); err == nil {
+		t.Errorf("a bad range was accepted")
 	}
 }
