@@ -10,9 +10,16 @@ import (
 	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/ipset"
 )
 
-// TestPacketFlows drives the tracer over the state the proxier programs for a set of
-// Services covering every Service feature, and checks where packets go.
-func TestPacketFlows(t *testing.T) {
+// flowCase is one packet and where it must end up.
+type flowCase struct {
+	name string
+	pkt  packet
+	want string
+}
+
+// packetFlowCases starts a proxier with Services covering every Service feature and
+// returns it with the flows its rules must produce.
+func packetFlowCases(t *testing.T) (*testEnv, []flowCase) {
 	e := newTestEnv(t, v1.IPv4Protocol, func(o *Options) {
 		o.LocalDetectorArgs = []string{"!", "-s", "10.244.0.0/16"}
 	})
@@ -36,12 +43,7 @@ func TestPacketFlows(t *testing.T) {
 		makeService("ns", "dns", clusterIP("10.96.0.53"), port("dns", v1.ProtocolUDP, 53, 0)),
 		makeSlice("ns", "dns", "dns-1", udp("dns", 5353), endpoint("10.244.1.53")),
 	)
-	tr := e.tracer()
-	cases := []struct {
-		name string
-		pkt  packet
-		want string
-	}{
+	return e, []flowCase{
 		{"pod to cluster IP", packet{src: "10.244.1.99", dst: "10.96.0.10", port: 80, proto: "tcp", fromBridge: true}, "10.244.1.5:8080,10.244.2.7:8080"},
 		{"off-cluster source to cluster IP is masqueraded", packet{src: "198.18.0.1", dst: "10.96.0.10", port: 80, proto: "tcp"}, "10.244.1.5:8080,10.244.2.7:8080 masq"},
 		{"hairpin: endpoint to its own service is masqueraded", packet{src: "10.244.1.5", dst: "10.96.0.10", port: 80, proto: "tcp", fromBridge: true}, "10.244.1.5:8080,10.244.2.7:8080 masq"},
@@ -60,6 +62,13 @@ func TestPacketFlows(t *testing.T) {
 		{"UDP to a TCP-only service port is rejected", packet{src: "10.244.1.99", dst: "10.96.0.10", port: 80, proto: "udp", fromBridge: true}, "REJECT"},
 		{"health check node port is accepted locally", packet{src: "198.18.0.1", dst: "192.168.0.10", port: 32000, proto: "tcp"}, "LOCAL"},
 	}
+}
+
+// TestPacketFlows drives the tracer over the state the proxier programs for a set of
+// Services covering every Service feature, and checks where packets go.
+func TestPacketFlows(t *testing.T) {
+	e, cases := packetFlowCases(t)
+	tr := e.tracer()
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			if got := tr.trace(tc.pkt).String(); got != tc.want {

@@ -230,7 +230,12 @@ func masqueradeMarkFor(bit int) string { return fmt.Sprintf("%#08x", 1<<uint(bit
 
 // iptablesRules is the text of our chains with the given KUBE-IPVS-OUT-FILTER rules.
 func (p *Proxier) iptablesRules(outRules []string) []byte {
-	return buildIPTablesRules(&rulesInput{
+	return buildIPTablesRules(p.rulesInput(outRules))
+}
+
+// rulesInput is what this proxier's rules depend on, with the given out-filter rules.
+func (p *Proxier) rulesInput(outRules []string) *rulesInput {
+	return &rulesInput{
 		family:            p.opts.IPFamily,
 		names:             p.names,
 		setEmpty:          p.index.setEmpty,
@@ -238,5 +243,5 @@ func (p *Proxier) iptablesRules(outRules []string) []byte {
 		localDetectorArgs: p.opts.LocalDetectorArgs,
 		masqueradeMark:    masqueradeMarkFor(p.opts.MasqueradeBit),
 		outFilterRules:    outRules,
-	})
+	}
 }

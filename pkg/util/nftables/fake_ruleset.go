@@ -430,3 +430,30 @@ func (f *FakeRuleset) Dump(context.Context) (string, error) {
 	}
 	return canonical(string(f.table.Family)+" "+f.table.Name, chains, sets), nil
 }
+
+// FakeState is a copy of what a FakeRuleset holds, for tests that interpret the
+// rules (a packet tracer).
+type FakeState struct {
+	Chains   map[string]Chain
+	Rules    map[string][]Rule
+	Sets     map[string]Set
+	Elements map[string][][]string // set -> elements, each as its fields
+}
+
+// State copies the table's chains, rules, sets and elements.
+func (f *FakeRuleset) State() FakeState {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	st := FakeState{Chains: map[string]Chain{}, Rules: map[string][]Rule{}, Sets: map[string]Set{}, Elements: map[string][][]string{}}
+	for n, c := range f.chains {
+		st.Chains[n] = c.def
+		st.Rules[n] = append([]Rule(nil), c.rules...)
+	}
+	for n, s := range f.sets {
+		st.Sets[n] = s.def
+		for k := range s.elems {
+			st.Elements[n] = append(st.Elements[n], strings.Split(k, " . "))
+		}
+	}
+	return st
+}
