@@ -255,26 +255,15 @@ func (tr *nftTracer) trace(p packet) verdict {
 			return verdict{rejected: true}
 		}
 	}
-	vs := tr.findVS(p)
-	if vs == nil {
-		return verdict{local: tr.local[p.dst]}
-	}
-	var v verdict
-	for _, rs := range tr.rs[vs.Key()] {
-		if rs.Weight == 0 {
-			continue
-		}
-		v.endpoints = append(v.endpoints, rs.Key())
-		st2 := *st
-		st2.dstIP, st2.dstPort = rs.Address.String(), int(rs.Port)
+	return tr.throughIPVS(st, func(st *pktState) bool {
+		masq := false
 		for _, c := range tr.hookChains(nft.ChainTypeNAT, nft.HookPostrouting) {
-			if tr.run(c, &st2, 0) == "MASQUERADE" {
-				v.masquerade = true
+			if tr.run(c, st, 0) == "MASQUERADE" {
+				masq = true
 			}
 		}
-	}
-	sort.Strings(v.endpoints)
-	return v
+		return masq
+	})
 }
 
 // TestNFTProgrammeFlows sends every flow of TestPacketFlows through the nftables

@@ -368,30 +368,31 @@ func (tr *tracer) trace(p packet) verdict {
 	case "REJECT":
 		return verdict{rejected: true}
 	}
+	return tr.throughIPVS(st, func(st *pktState) bool { return tr.run("nat", "KUBE-POSTROUTING", st, 0) == "MASQUERADE" })
+}
+
+// throughIPVS finishes a trace that the filter rules let through: the packet goes to
+// IPVS's live real servers (or to the node when no virtual server has it), and
+// masq says, for the packet on its way to each real server, whether postrouting
+// masquerades it.
+func (tr *tracer) throughIPVS(st *pktState, masq func(st *pktState) bool) verdict {
+	p := st.p
 	vs := tr.findVS(p)
 	if vs == nil {
 		return verdict{local: tr.local[p.dst]}
 	}
 	var v verdict
-	var live []*ipvs.RealServer
 	for _, rs := range tr.rs[vs.Key()] {
-		if rs.Weight > 0 {
-			live = append(live, rs)
-			v.endpoints = append(v.endpoints, rs.Key())
+		if rs.Weight == 0 {
+			continue
+		}
+		v.endpoints = append(v.endpoints, rs.Key())
+		st2 := *st
+		st2.dstIP, st2.dstPort = rs.Address.String(), int(rs.Port)
+		if masq(&st2) {
+			v.masquerade = true
 		}
 	}
 	sort.Strings(v.endpoints)
-	// POSTROUTING, evaluated for the first live real server (masquerade decisions
-	// other than hairpin do not depend on which one).
-	if len(live) > 0 {
-		st.dstIP, st.dstPort = live[0].Address.String(), int(live[0].Port)
-		for _, rs := range live {
-			st2 := *st
-			st2.dstIP, st2.dstPort = rs.Address.String(), int(rs.Port)
-			if tr.run("nat", "KUBE-POSTROUTING", &st2, 0) == "MASQUERADE" {
-				v.masquerade = true
-			}
-		}
-	}
 	return v
 }
