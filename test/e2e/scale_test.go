@@ -507,8 +507,15 @@ func scaleRunProxy(t *testing.T, ctx context.Context, client kubernetes.Interfac
 		}
 		if dir := os.Getenv("KPI_SCALE_LOG_DIR"); dir != "" {
 			// The daemon's whole log, for the sync timings it prints.
-			if out, err := vm.Sh(ctx, "cat "+p.log); err == nil {
-				_ = os.WriteFile(filepath.Join(dir, "kube-proxy-"+p.name+".log"), []byte(out), 0o644)
+			out, err := vm.Sh(ctx, "cat "+p.log)
+			if err == nil {
+				err = os.MkdirAll(dir, 0o755)
+			}
+			if err == nil {
+				err = os.WriteFile(filepath.Join(dir, "kube-proxy-"+p.name+".log"), []byte(out), 0o644)
+			}
+			if err != nil {
+				t.Errorf("keeping the %s kube-proxy log in KPI_SCALE_LOG_DIR=%s: %v", p.name, dir, err)
 			}
 		}
 		if err := p.stop(ctx); err != nil {
