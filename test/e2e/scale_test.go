@@ -175,6 +175,14 @@ func scaleReadSyncs(t *testing.T, ctx context.Context) (scaleSyncs, string) {
 		}
 		parts = append(parts, fmt.Sprintf("%s %.0f syncs, total %.3f s, mean %.1f ms", h.name, h.n, h.sum, mean*1000))
 	}
+	// The sums above are over both families; a family with nothing to program must
+	// show apart.
+	for _, fam := range []string{"IPv4", "IPv6"} {
+		label := `ip_family="` + fam + `"`
+		n, sum, _ := framework.HistogramSummaryOf(page, "kubeproxy_sync_proxy_rules_duration_seconds", label)
+		fn, fsum, _ := framework.HistogramSummaryOf(page, "kubeproxy_sync_full_proxy_rules_duration_seconds", label)
+		parts = append(parts, fmt.Sprintf("%s: %.0f syncs %.3f s, of which %.0f full %.3f s", fam, n, sum, fn, fsum))
+	}
 	return s, strings.Join(parts, "; ")
 }
 

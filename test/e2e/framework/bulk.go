@@ -152,6 +152,12 @@ func ParseIPVSTable(out string) IPVSTable {
 // HistogramSummary returns the _count and _sum of a Prometheus histogram in a
 // /metrics text page (summed over its label sets); ok is false when absent.
 func HistogramSummary(page, name string) (count, sum float64, ok bool) {
+	return HistogramSummaryOf(page, name, "")
+}
+
+// HistogramSummaryOf is HistogramSummary over the label sets that contain label
+// (e.g. `ip_family="IPv6"`); "" takes them all.
+func HistogramSummaryOf(page, name, label string) (count, sum float64, ok bool) {
 	for _, line := range strings.Split(page, "\n") {
 		f := strings.Fields(line)
 		if len(f) != 2 {
@@ -159,7 +165,12 @@ func HistogramSummary(page, name string) (count, sum float64, ok bool) {
 		}
 		metric := f[0]
 		if i := strings.IndexByte(metric, '{'); i >= 0 {
+			if label != "" && !strings.Contains(metric[i:], label) {
+				continue
+			}
 			metric = metric[:i]
+		} else if label != "" {
+			continue
 		}
 		v, err := strconv.ParseFloat(f[1], 64)
 		if err != nil {

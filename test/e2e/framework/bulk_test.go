@@ -42,3 +42,17 @@ kubeproxy_sync_full_proxy_rules_duration_seconds_count{ip_family="IPv4"} 1
 		t.Fatal("absent histogram reported present")
 	}
 }
+
+func TestHistogramSummaryOf(t *testing.T) {
+	page := `kubeproxy_x_count{ip_family="IPv4"} 3
+kubeproxy_x_sum{ip_family="IPv4"} 1.5
+kubeproxy_x_count{ip_family="IPv6"} 1
+kubeproxy_x_sum{ip_family="IPv6"} 13
+`
+	if n, sum, ok := HistogramSummaryOf(page, "kubeproxy_x", `ip_family="IPv6"`); !ok || n != 1 || sum != 13 {
+		t.Errorf("IPv6: %v %v %v", n, sum, ok)
+	}
+	if n, sum, _ := HistogramSummary(page, "kubeproxy_x"); n != 4 || sum != 14.5 {
+		t.Errorf("all: %v %v", n, sum)
+	}
+}
