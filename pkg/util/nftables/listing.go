@@ -86,16 +86,19 @@ func ParseListing(listing string) (string, error) {
 		bad := func(why string) error {
 			return fmt.Errorf("nft listing line %d %q: %s", n+1, raw, why)
 		}
-		if inElements {
-			line = strings.TrimSuffix(line, ",")
-			done := strings.HasSuffix(line, "}")
-			line = strings.TrimSpace(strings.TrimSuffix(line, "}"))
-			for _, e := range strings.Split(line, ",") {
+		// elements reads one line of an element list ("a, b," ... "c }") and says
+		// whether the list goes on.
+		elements := func(part string) bool {
+			done := strings.HasSuffix(part, "}")
+			for _, e := range strings.Split(strings.TrimSuffix(part, "}"), ",") {
 				if e = strings.TrimSpace(e); e != "" {
 					curSet.elems = append(curSet.elems, e)
 				}
 			}
-			inElements = !done
+			return !done
+		}
+		if inElements {
+			inElements = elements(line)
 			continue
 		}
 		switch {
@@ -111,29 +114,14 @@ func ParseListing(listing string) (string, error) {
 			curSet = &canonSet{}
 			sets[name] = curSet
 		case line == "}":
-			switch {
-			case curChain != nil:
-				curChain = nil
-			case curSet != nil:
-				curSet = nil
-			default:
-				table += "" // the table's closing brace
-			}
+			// Closes a chain, a set or the table.
+			curChain, curSet = nil, nil
 		case curSet != nil:
 			switch {
 			case strings.HasPrefix(line, "type "), strings.HasPrefix(line, "flags "), strings.HasPrefix(line, "comment "):
 				curSet.header += " " + line
 			case strings.HasPrefix(line, "elements = {"):
-				inElements = true
-				rest := strings.TrimPrefix(line, "elements = {")
-				done := strings.HasSuffix(rest, "}")
-				rest = strings.TrimSuffix(strings.TrimSuffix(rest, "}"), ",")
-				for _, e := range strings.Split(rest, ",") {
-					if e = strings.TrimSpace(e); e != "" {
-						curSet.elems = append(curSet.elems, e)
-					}
-				}
-				inElements = !done
+				inElements = elements(strings.TrimPrefix(line, "elements = {"))
 			default:
 				return "", bad("unknown set attribute")
 			}
