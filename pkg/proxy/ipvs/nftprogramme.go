@@ -354,8 +354,8 @@ func nftOutFilterRule(f nftFamily, body string) (nft.Rule, error) {
 	src, err1 := netip.ParseAddr(w[1])
 	vaddr, err2 := netip.ParseAddr(w[5])
 	port, err3 := strconv.ParseUint(w[9], 10, 16)
-	proto, ok := map[string]byte{"tcp": 6, "udp": 17, "sctp": 132}[w[7]]
-	if err1 != nil || err2 != nil || err3 != nil || !ok || src.Is6() != f.ipv6 || vaddr.Is6() != f.ipv6 {
+	proto, err4 := nft.ProtoNumber(w[7])
+	if err1 != nil || err2 != nil || err3 != nil || err4 != nil || src.Is6() != f.ipv6 || vaddr.Is6() != f.ipv6 {
 		return nft.Rule{}, fmt.Errorf("out-filter rule %q: bad address, protocol or port", body)
 	}
 	return nft.Rule{Stmts: []nft.Stmt{

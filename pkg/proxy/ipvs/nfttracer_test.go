@@ -147,7 +147,7 @@ func (tr *nftTracer) rule(r nft.Rule, st *pktState, depth int) (string, bool) {
 				return "", false
 			}
 		case nft.L4ProtoIs:
-			if map[byte]string{6: "tcp", 17: "udp", 132: "sctp"}[s.Proto] != p.proto {
+			if nft.ProtoName(s.Proto) != p.proto {
 				return "", false
 			}
 		case nft.CTOriginal:

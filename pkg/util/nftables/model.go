@@ -152,6 +152,12 @@ func priorityString(h Hook, p int) string {
 // protoNames are the protocols nft prints by name.
 var protoNames = map[byte]string{6: "tcp", 17: "udp", 132: "sctp"}
 
+// ProtoNumber is the IP protocol number of "tcp", "udp", "sctp" or a number.
+func ProtoNumber(s string) (byte, error) { return protoNumber(s) }
+
+// ProtoName is a protocol as nft prints it: its name, or its number.
+func ProtoName(p byte) string { return protoString(p) }
+
 func protoNumber(s string) (byte, error) {
 	for n, name := range protoNames {
 		if s == name {

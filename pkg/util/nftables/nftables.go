@@ -1,8 +1,9 @@
 // Package nftables writes nftables tables: a Ruleset writes one table of its own in
 // atomic transactions over netlink (github.com/google/nftables, no process per
 // write), with a kernel-faithful Fake; DeleteTable removes other tables through the
-// nft binary: upstream's nftables mode keeps all of its state in the tables "ip kube-proxy" and "ip6 kube-proxy", and an ipvs-mode kube-proxy
-// (upstream's, and this one) deletes them when it starts and on --cleanup.
+// nft binary: upstream's nftables mode keeps all of its state in the tables
+// "ip kube-proxy" and "ip6 kube-proxy", and an ipvs-mode kube-proxy (upstream's,
+// and this one) deletes them when it starts and on --cleanup.
 package nftables
 
 import (
