@@ -50,6 +50,21 @@ pass=$(grep -c '^--- PASS: ' "$log")
 fail=$(grep -c '^--- FAIL: ' "$log")
 skip=$(grep -c '^--- SKIP: ' "$log")
 echo "$pass passed, $((fail + skip)) failed"
+if ((fail > 0)); then
+	# CI keeps only the tail of the output, and a failed scenario's dump
+	# (kernel state, daemon logs) follows its failure message: repeat each
+	# failed scenario's own log lines here, first line of each, shortened.
+	echo
+	echo "[e2e] what the failed scenarios logged (last 15 lines each; the full log: $log)"
+	awk '
+		/^=== (RUN|CONT)   / { cur = $3; sub(/\/.*/, "", cur) }
+		/^    [A-Za-z0-9_]+_test\.go:[0-9]+: / { n[cur]++; line[cur, n[cur]] = substr($0, 1, 240) }
+		/^--- FAIL: / {
+			name = $3; print "  " name ":"
+			for (i = (n[name] > 15 ? n[name] - 14 : 1); i <= n[name]; i++) print "  " line[name, i]
+		}
+	' "$log"
+fi
 if ((skip > 0)); then
 	echo "[e2e] FAIL: $skip scenario(s) skipped: every e2e scenario must run"
 	rc=1

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"net"
 	"reflect"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -196,9 +197,39 @@ type SyncStats struct {
 	Err        error
 	// ops counts the requests sent to the kernel, by kind.
 	ops [numKernelOps]int
+	// phases is where the sync's time went, in order (logged for full syncs).
+	phases    []syncPhase
+	lastPhase time.Time
 }
 
 func (s *SyncStats) count(op kernelOp) { s.ops[op]++ }
+
+// syncPhase is one named part of a sync and how long it took.
+type syncPhase struct {
+	name string
+	took time.Duration
+}
+
+// phase records that the part called name ended at now (it began where the last one
+// ended, or at the sync's start).
+func (s *SyncStats) phase(now time.Time, name string) {
+	if !s.lastPhase.IsZero() {
+		s.phases = append(s.phases, syncPhase{name, now.Sub(s.lastPhase)})
+	}
+	s.lastPhase = now
+}
+
+// phaseList renders the phases for a log line: "observe=1.2s sets=40ms ...".
+func (s SyncStats) phaseList() string {
+	var b strings.Builder
+	for i, ph := range s.phases {
+		if i > 0 {
+			b.WriteByte(' ')
+		}
+		fmt.Fprintf(&b, "%s=%v", ph.name, ph.took.Round(time.Millisecond))
+	}
+	return b.String()
+}
 
 var _ proxy.Provider = &Proxier{}
 
@@ -437,9 +468,10 @@ func (p *Proxier) syncProxyRules() {
 	} else if p.resync != nil {
 		p.dropResync() // the inline read below supersedes it
 	}
-	stats, err := p.sync(p.ctx, full, snap)
+	stats, err := p.sync(p.ctx, full, snap, start)
 	if err == nil && full && !p.otherModesRemoved {
 		p.otherModesRemoved = p.removeOtherModesLeftovers(p.ctx, &stats)
+		stats.phase(p.clock.Now(), "leftovers")
 	}
 	stats.Full, stats.Err = full, err
 	p.lastSync = stats
@@ -471,6 +503,11 @@ func (p *Proxier) syncProxyRules() {
 	// counted in kubeproxy_ipvs_held_back_objects and listed on the debug endpoint).
 	if p.opts.HealthzServer != nil {
 		p.opts.HealthzServer.Updated(p.opts.IPFamily)
+	}
+	if full {
+		// Where a full sync's time goes: at scale these are the syncs that cost.
+		p.logger.V(2).Info("Full sync complete", "elapsed", elapsed, "services", stats.Services,
+			"ipvsOps", stats.IPVSOps, "ipsetOps", stats.IPSetOps, "failed", stats.Failed, "phases", stats.phaseList())
 	}
 	p.logger.V(4).Info("syncProxyRules complete", "elapsed", elapsed, "full", full, "services", stats.Services,
 		"ipvsOps", stats.IPVSOps, "ipsetOps", stats.IPSetOps, "failed", stats.Failed)

@@ -55,9 +55,10 @@ type conntrackTarget struct {
 //
 // A full sync reads the kernel itself, unless snap holds what a resync read beside the
 // sync loop (already corrected for the writes made meanwhile).
-func (p *Proxier) sync(ctx context.Context, full bool, snap *appliedState) (SyncStats, error) {
+func (p *Proxier) sync(ctx context.Context, full bool, snap *appliedState, start time.Time) (SyncStats, error) {
 	var stats SyncStats
 	stats.ops, p.resyncOps = p.resyncOps, [numKernelOps]int{}
+	stats.phase(start, "")
 	now := p.clock.Now()
 	svcResult := p.svcPortMap.Update(p.serviceChanges)
 	for name, ports := range svcResult.Ports {
@@ -115,6 +116,7 @@ func (p *Proxier) sync(ctx context.Context, full bool, snap *appliedState) (Sync
 		p.noteRefusals(name, st, now)
 	}
 	stats.Services = changed.Len()
+	stats.phase(p.clock.Now(), "build")
 
 	if full {
 		observed := snap
@@ -123,6 +125,7 @@ func (p *Proxier) sync(ctx context.Context, full bool, snap *appliedState) (Sync
 			if observed, err = p.observe(ctx, p.kernel.IPVS, p.kernel.Netlink, &stats); err != nil {
 				return stats, err
 			}
+			stats.phase(p.clock.Now(), "observe")
 		}
 		// With a trusted memory of the kernel, whatever a full sync has to write is
 		// drift: someone else changed the kernel (or we missed an event).
@@ -141,6 +144,7 @@ func (p *Proxier) sync(ctx context.Context, full bool, snap *appliedState) (Sync
 		if err := p.ensureSets(ctx, &stats); err != nil {
 			return stats, err
 		}
+		stats.phase(p.clock.Now(), "ensureSets")
 	}
 	if !full {
 		if err := p.growSets(ctx, &stats); err != nil {
@@ -167,11 +171,14 @@ func (p *Proxier) sync(ctx context.Context, full bool, snap *appliedState) (Sync
 		p.logger.V(4).Info("Sync plan", "full", full, "writes", pl.writes(), "plan", pl.String())
 	}
 
+	stats.phase(p.clock.Now(), "plan")
+
 	var ct []conntrackTarget
 	out, err := p.execute(ctx, pl, outRules, &stats, &ct)
 	if err != nil {
 		return stats, err
 	}
+	stats.phase(p.clock.Now(), "execute")
 	stats.Failed = len(out.failures)
 	p.retryWait = p.recordOutcome(now, t, out)
 	p.reportFailures(out)
@@ -180,6 +187,7 @@ func (p *Proxier) sync(ctx context.Context, full bool, snap *appliedState) (Sync
 		p.syncHealthServers()
 	}
 	p.cleanConntrack(ctx, ct, full)
+	stats.phase(p.clock.Now(), "health+conntrack")
 	p.publishHeldBack()
 	observeEndpointLatency(p.opts.IPFamily, epResult.LastChangeTriggerTimes)
 	observeNoLocal(p.opts.IPFamily, p.index.noLocalIntern.Len(), p.index.noLocalExtern.Len())

@@ -696,3 +696,32 @@ func TestPartialSyncReadsNoNodeAddresses(t *testing.T) {
 		t.Errorf("no NodePort virtual server on the new node address:\n%s", e.ipvs.Dump())
 	}
 }
+
+// TestSyncPhases: a full sync accounts for its time part by part, in order (the
+// log line that says where a slow full sync spent it); a partial sync reads nothing
+// and has no observe part.
+func TestSyncPhases(t *testing.T) {
+	e := newTestEnv(t, v1.IPv4Protocol)
+	e.start(manyServices(3)...)
+	names := func(st SyncStats) string {
+		var n []string
+		for _, ph := range st.phases {
+			n = append(n, ph.name)
+		}
+		return strings.Join(n, " ")
+	}
+	// A full sync after the start (the leftovers of other modes are looked for only
+	// until removed once, at start).
+	e.p.needFull = true
+	full := e.mustSync()
+	if got, want := names(full), "build observe ensureSets plan execute health+conntrack"; got != want {
+		t.Errorf("full sync phases %q, want %q", got, want)
+	}
+	if !strings.Contains(full.phaseList(), " observe=") {
+		t.Errorf("phase list %q has no observe part", full.phaseList())
+	}
+	e.add(makeService("ns", "late", clusterIP("10.96.9.9"), port("p", v1.ProtocolTCP, 80, 0)))
+	if got, want := names(e.mustSync()), "build plan execute health+conntrack"; got != want {
+		t.Errorf("partial sync phases %q, want %q", got, want)
+	}
+}
