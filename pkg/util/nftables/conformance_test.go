@@ -377,6 +377,23 @@ func runConformance(t *testing.T, kernel string, newReal func(t *testing.T) Rule
 						t.Errorf("%s: ListElements(%s) differs from the dump (-dump +list):\n%s", names[j], f[1], diff)
 					}
 				}
+				// List names what Dump shows.
+				var wantChains, wantSets []string
+				for _, l := range strings.Split(got, "\n") {
+					switch f := strings.Fields(l); {
+					case len(f) >= 2 && f[0] == "chain":
+						wantChains = append(wantChains, f[1])
+					case len(f) >= 2 && f[0] == "set":
+						wantSets = append(wantSets, f[1])
+					}
+				}
+				chains, sets, err := r.List(ctx)
+				if err != nil {
+					t.Fatalf("%s: List: %v", names[j], err)
+				}
+				if diff := cmp.Diff([2][]string{wantChains, wantSets}, [2][]string{chains, sets}); diff != "" {
+					t.Errorf("%s: List differs from the dump (-dump +list):\n%s", names[j], diff)
+				}
 				if _, err := r.ListElements(ctx, "nosuch"); !IsNotFound(err) {
 					t.Errorf("%s: ListElements of a missing set: %v, want ENOENT", names[j], err)
 				}

@@ -405,6 +405,26 @@ func (f *FakeRuleset) ListElements(ctx context.Context, set string) ([][]string,
 	return out, nil
 }
 
+func (f *FakeRuleset) List(ctx context.Context) (chains, sets []string, err error) {
+	if err := ctx.Err(); err != nil {
+		return nil, nil, err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if !f.exists {
+		return nil, nil, nil
+	}
+	for n := range f.chains {
+		chains = append(chains, n)
+	}
+	for n := range f.sets {
+		sets = append(sets, n)
+	}
+	sort.Strings(chains)
+	sort.Strings(sets)
+	return chains, sets, nil
+}
+
 // Dump prints the table in ParseListing's canonical form ("" when it does not exist).
 func (f *FakeRuleset) Dump(context.Context) (string, error) {
 	f.mu.Lock()

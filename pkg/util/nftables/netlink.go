@@ -370,6 +370,37 @@ func (r *netlinkRuleset) ListElements(ctx context.Context, set string) ([][]stri
 	return out, nil
 }
 
+func (r *netlinkRuleset) List(ctx context.Context) (chains, sets []string, err error) {
+	if err := ctx.Err(); err != nil {
+		return nil, nil, err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	fam, _ := gnftFamily(r.table.Family)
+	gs, err := r.conn.GetSets(r.gtable())
+	if err != nil {
+		if IsNotFound(err) {
+			return nil, nil, nil // no table
+		}
+		return nil, nil, fmt.Errorf("listing the sets of %s: %w", r.table, err)
+	}
+	for _, s := range gs {
+		sets = append(sets, s.Name)
+	}
+	gc, err := r.conn.ListChainsOfTableFamily(fam)
+	if err != nil {
+		return nil, nil, fmt.Errorf("listing the chains of %s: %w", r.table, err)
+	}
+	for _, c := range gc {
+		if c.Table != nil && c.Table.Name == r.table.Name {
+			chains = append(chains, c.Name)
+		}
+	}
+	sort.Strings(chains)
+	sort.Strings(sets)
+	return chains, sets, nil
+}
+
 // Dump lists the table with the nft binary and returns it in ParseListing's form
 // ("" when the table does not exist).
 func (r *netlinkRuleset) Dump(ctx context.Context) (string, error) {

@@ -22,6 +22,9 @@ type Ruleset interface {
 	// ListElements returns the elements of a set, each as its fields in nft's
 	// notation ("10.96.0.1", "tcp", "443"; a prefix as "10.0.0.0/8").
 	ListElements(ctx context.Context, set string) ([][]string, error)
+	// List returns the names of the table's chains and sets, each sorted (none
+	// when the table does not exist).
+	List(ctx context.Context) (chains, sets []string, err error)
 	// Dump prints the whole table in the canonical form of ParseListing.
 	Dump(ctx context.Context) (string, error)
 }
