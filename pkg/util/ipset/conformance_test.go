@@ -13,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 )
 
 // step is one Apply and the error it must return (kind and failing op index).
@@ -374,7 +375,37 @@ func runScenarios(t *testing.T, kernel string, newIfc func(t *testing.T) (Interf
 			if diff := cmp.Diff(sc.want, dump(t, ifc)); diff != "" {
 				t.Errorf("state after the steps (-want +got):\n%s", diff)
 			}
+			checkSaveSets(t, ctx, ifc)
 		})
+	}
+}
+
+// checkSaveSets: SaveSets of every other existing set plus a missing name returns
+// exactly those sets, as SaveAll has them (and nothing for the missing one).
+func checkSaveSets(t *testing.T, ctx context.Context, ifc Interface) {
+	t.Helper()
+	all, err := ifc.SaveAll(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := []string{"T-MISSING"}
+	want := map[string]*SetWithEntries{}
+	for i, name := range slices.Sorted(maps.Keys(all)) {
+		if i%2 == 0 {
+			names = append(names, name)
+			want[name] = all[name]
+			slices.Sort(want[name].Entries)
+		}
+	}
+	got, err := ifc.SaveSets(ctx, names)
+	if err != nil {
+		t.Fatalf("SaveSets(%q): %v", names, err)
+	}
+	for _, s := range got {
+		slices.Sort(s.Entries)
+	}
+	if diff := cmp.Diff(want, got, cmpopts.EquateEmpty()); diff != "" {
+		t.Errorf("SaveSets(%q) (-SaveAll's +got):\n%s", names, diff)
 	}
 }
 

@@ -172,6 +172,24 @@ func (f *Fake) SaveAll(ctx context.Context) (map[string]*SetWithEntries, error) 
 	return out, nil
 }
 
+// SaveSets returns those of the named sets that exist, with their sorted entries.
+func (f *Fake) SaveSets(ctx context.Context, names []string) (map[string]*SetWithEntries, error) {
+	for _, name := range names {
+		if err := ValidateName(name); err != nil {
+			return nil, &Error{Command: "save", Index: -1, Kind: ErrInvalid, Reason: err.Error()}
+		}
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := make(map[string]*SetWithEntries, len(names))
+	for _, name := range names {
+		if s, ok := f.sets[name]; ok {
+			out[name] = &SetWithEntries{Set: s.spec, Entries: slices.Sorted(maps.Keys(s.entries))}
+		}
+	}
+	return out, nil
+}
+
 // pendingADT is a parsed add/del waiting in the libipset-like buffer.
 type pendingADT struct {
 	index int

@@ -47,6 +47,9 @@ type Interface interface {
 	ListEntries(ctx context.Context, set string) ([]string, error)
 	// SaveAll returns every set with its entries in one dump (`ipset save`).
 	SaveAll(ctx context.Context) (map[string]*SetWithEntries, error)
+	// SaveSets returns those of the named sets that exist, with their entries, and
+	// reads no other set.
+	SaveSets(ctx context.Context, names []string) (map[string]*SetWithEntries, error)
 	// Apply runs a transaction as one batch.
 	Apply(ctx context.Context, tx *Transaction) error
 }

@@ -124,6 +124,48 @@ func (r *runner) SaveAll(ctx context.Context) (map[string]*SetWithEntries, error
 	return parseSave(out)
 }
 
+// SaveSets returns those of the named sets that exist, with their entries, without
+// reading any other set: `ipset list -n` for the names, then one `ipset restore` of
+// `save NAME` lines (restore mode runs any command, and prints what save prints). A
+// node where other software keeps large sets, or where the other IP family's sets
+// hold every Service, pays only for the sets asked for. A set destroyed between the
+// two reads fails the restore; the names are read again then, once.
+func (r *runner) SaveSets(ctx context.Context, names []string) (map[string]*SetWithEntries, error) {
+	for _, name := range names {
+		if err := ValidateName(name); err != nil {
+			return nil, &Error{Command: "save", Index: -1, Kind: ErrInvalid, Reason: err.Error()}
+		}
+	}
+	var last *Error
+	for attempt := 0; attempt < 2; attempt++ {
+		out, ierr := r.run(ctx, r.readTimeout, "list", nil, "list", "-n")
+		if ierr != nil {
+			return nil, ierr
+		}
+		exist := map[string]bool{}
+		for _, n := range strings.Split(string(out), "\n") {
+			exist[n] = true
+		}
+		var script bytes.Buffer
+		for _, name := range names {
+			if exist[name] {
+				script.WriteString("save " + name + "\n")
+			}
+		}
+		if script.Len() == 0 {
+			return map[string]*SetWithEntries{}, nil
+		}
+		out, last = r.run(ctx, r.readTimeout, "save", script.Bytes(), "restore")
+		if last == nil {
+			return parseSave(out)
+		}
+		if !errors.Is(last, ErrSetNotFound) {
+			return nil, last
+		}
+	}
+	return nil, last
+}
+
 // knownTypePrefixes start every ipset type name; `ipset save` prints names
 // unquoted, so the type token is what ends a name that contains blanks.
 var knownTypePrefixes = []string{"hash:", "bitmap:", "list:"}

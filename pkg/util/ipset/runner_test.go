@@ -82,3 +82,57 @@ func TestRunnerListSets(t *testing.T) {
 		t.Errorf("sets (-want +got):\n%s", diff)
 	}
 }
+
+// TestRunnerSaveSetsReadsNamesAgainOnce: a set destroyed between `list -n` and
+// the `save` lines fails the restore; SaveSets reads the names again and asks only
+// for the sets that exist, and never asks for a name nobody wanted.
+func TestRunnerSaveSetsReadsNamesAgainOnce(t *testing.T) {
+	type call struct{ argv, stdin string }
+	var calls []call
+	answers := []struct {
+		stdout, stderr string
+		code           int
+	}{
+		{"A\nB\nOTHER\n", "", 0},
+		{"", "ipset v7.17: Error in line 2: The set with the given name does not exist\n", 1},
+		{"A\nOTHER\n", "", 0},
+		{"create A hash:ip family inet hashsize 1024 maxelem 65536 bucketsize 12 initval 0x1\nadd A 10.0.0.1\n", "", 0},
+	}
+	fe := &fakeexec.FakeExec{}
+	for i := range answers {
+		a := answers[i]
+		fcmd := &fakeexec.FakeCmd{}
+		fcmd.RunScript = []fakeexec.FakeAction{func() ([]byte, []byte, error) {
+			in := ""
+			if fcmd.Stdin != nil {
+				b, _ := io.ReadAll(fcmd.Stdin)
+				in = string(b)
+			}
+			calls[len(calls)-1].stdin = in
+			if a.code != 0 {
+				return []byte(a.stdout), []byte(a.stderr), &fakeexec.FakeExitError{Status: a.code}
+			}
+			return []byte(a.stdout), nil, nil
+		}}
+		fe.CommandScript = append(fe.CommandScript, func(cmd string, args ...string) utilexec.Cmd {
+			calls = append(calls, call{argv: strings.Join(append([]string{cmd}, args...), " ")})
+			return fakeexec.InitFakeCmd(fcmd, cmd, args...)
+		})
+	}
+	got, err := New(fe).SaveSets(context.Background(), []string{"A", "B", "C"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []call{
+		{"ipset list -n", ""},
+		{"ipset restore", "save A\nsave B\n"},
+		{"ipset list -n", ""},
+		{"ipset restore", "save A\n"},
+	}
+	if diff := cmp.Diff(want, calls, cmp.AllowUnexported(call{})); diff != "" {
+		t.Errorf("commands (-want +got):\n%s", diff)
+	}
+	if len(got) != 1 || got["A"] == nil || strings.Join(got["A"].Entries, ",") != "10.0.0.1" {
+		t.Errorf("SaveSets = %v, want A with 10.0.0.1", got)
+	}
+}
