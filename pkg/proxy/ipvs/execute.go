@@ -52,8 +52,8 @@ func (p *Proxier) execute(ctx context.Context, pl *syncPlan, outRules []string, 
 	out := &outcome{}
 	a := p.applied
 
-	// 1. ipset members: one transaction (refused lines set aside, the rest re-sent).
-	if err := p.executeSets(ctx, pl.sets, stats, out); err != nil {
+	// 1. set members: one transaction (refused members set aside, the rest re-sent).
+	if err := p.rules.applySets(ctx, pl, stats, out); err != nil {
 		return out, err
 	}
 
@@ -70,14 +70,14 @@ func (p *Proxier) execute(ctx context.Context, pl *syncPlan, outRules []string, 
 		a.addrs.Insert(addr)
 	}
 
-	// 3. iptables.
+	// 3. the rules (iptables chains or the nftables out-filter chain).
 	if pl.iptables != nil {
-		if err := p.executeIPTables(ctx, pl.iptables, outRules, stats, out); err != nil {
+		if err := p.rules.writeRules(ctx, pl.iptables, outRules, stats, out); err != nil {
 			return out, err
 		}
 	}
 	if pl.full {
-		if err := p.ensureJumpRules(ctx, stats); err != nil {
+		if err := p.rules.ensureJumps(ctx, stats); err != nil {
 			return out, err
 		}
 	}
@@ -91,7 +91,7 @@ func (p *Proxier) execute(ctx context.Context, pl *syncPlan, outRules []string, 
 			blocked[o] = &out.failures[i]
 		}
 	}
-	loud := p.quietRefusals(ctx, pl.quiet, stats)
+	loud := p.rules.quiet(ctx, pl.quiet, stats)
 	var creates, rest []*vsPlan
 	for i := range pl.vs {
 		vp := &pl.vs[i]

@@ -75,7 +75,11 @@ func nftablesModeTable(family v1.IPFamily) nftables.Table {
 // sync otherwise.
 func (p *Proxier) removeOtherModesLeftovers(ctx context.Context, stats *SyncStats) bool {
 	var errs []error
-	for _, table := range []iptables.Table{iptables.TableNAT, iptables.TableFilter, iptables.TableMangle} {
+	tables := []iptables.Table{iptables.TableNAT, iptables.TableFilter, iptables.TableMangle}
+	if p.kernel.IPTables == nil {
+		tables = nil // the nftables rules backend on a node without iptables
+	}
+	for _, table := range tables {
 		stats.count(opIPTablesSave)
 		removed, err := removeChains(ctx, p.kernel.IPTables, table,
 			func(chain string) bool { return isIPTablesModeOnlyChain(table, chain) }, isIPTablesModeRule)

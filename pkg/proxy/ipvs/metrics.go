@@ -36,7 +36,7 @@ func observeSync(family v1.IPFamily, full bool, elapsed time.Duration, stats Syn
 		return
 	}
 	if stats.DriftCheck {
-		for subsystem, n := range map[string]int{metrics.SubsystemIPVS: stats.IPVSOps, metrics.SubsystemIPSet: stats.IPSetOps, metrics.SubsystemNetlink: stats.AddressOps} {
+		for subsystem, n := range map[string]int{metrics.SubsystemIPVS: stats.IPVSOps, metrics.SubsystemIPSet: stats.IPSetOps, metrics.SubsystemNetlink: stats.AddressOps, metrics.SubsystemNFTables: stats.NFTablesOps} {
 			if n > 0 {
 				metrics.DriftRepairsTotal.WithLabelValues(subsystem).Add(float64(n))
 			}
@@ -70,6 +70,8 @@ const (
 	opUnbindAddress
 	opDumpAddresses
 	opNFTablesDeleteTable
+	opNFTablesTransaction
+	opNFTablesList
 	numKernelOps
 )
 
@@ -90,6 +92,8 @@ var kernelOps = [numKernelOps]struct{ subsystem, operation string }{
 	opUnbindAddress:       {metrics.SubsystemNetlink, "unbind_address"},
 	opDumpAddresses:       {metrics.SubsystemNetlink, "dump"},
 	opNFTablesDeleteTable: {metrics.SubsystemNFTables, "delete_table"},
+	opNFTablesTransaction: {metrics.SubsystemNFTables, "transaction"},
+	opNFTablesList:        {metrics.SubsystemNFTables, "list"},
 }
 
 func observeIPTablesFailure(family v1.IPFamily) {

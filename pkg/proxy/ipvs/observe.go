@@ -88,7 +88,8 @@ func (p *Proxier) excluded(ip net.IP) bool {
 
 // observe reads what the kernel holds for this family: one bulk IPVS read (GetAll:
 // the virtual servers and every real server, not one destination dump per virtual
-// server), one `ipset save`, one address dump.
+// server), the sets of the rules backend (one `ipset save`, or a listing of each
+// nftables set), one address dump.
 // It runs in the sync loop or, for a periodic resync, beside it (with handles of its
 // own): it reads only what does not change after construction.
 func (p *Proxier) observe(ctx context.Context, ipvsH ipvs.Interface, nl netlink.Handle, stats *SyncStats) (*appliedState, error) {
@@ -117,21 +118,8 @@ func (p *Proxier) observe(ctx context.Context, ipvsH ipvs.Interface, nl netlink.
 		a.rs = slices.CompactFunc(a.rs, func(x, y desiredRS) bool { return x.key == y.key })
 		st.vs[keyOfVS(vs)] = a
 	}
-	stats.count(opIPSetSave)
-	saved, err := p.kernel.IPSet.SaveAll(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("listing ipsets: %w", err)
-	}
-	for name, s := range saved {
-		base, ours := p.reverse[name]
-		if !ours {
-			continue
-		}
-		hdr := s.Set
-		st.sets[name] = &hdr
-		for _, e := range s.Entries {
-			st.entries.Insert(setEntry{base, e})
-		}
+	if err := p.rules.observeSets(ctx, st, stats); err != nil {
+		return nil, err
 	}
 	// The device is created here, before its addresses are read, so a first start
 	// and a device someone deleted look alike: empty.
@@ -149,4 +137,26 @@ func (p *Proxier) observe(ctx context.Context, ipvsH ipvs.Interface, nl netlink.
 		}
 	}
 	return st, nil
+}
+
+// observeIPSets reads this family's ipsets (one `ipset save`) into st: the
+// iptables rules backend's sets.
+func (p *Proxier) observeIPSets(ctx context.Context, st *appliedState, stats *SyncStats) error {
+	stats.count(opIPSetSave)
+	saved, err := p.kernel.IPSet.SaveAll(ctx)
+	if err != nil {
+		return fmt.Errorf("listing ipsets: %w", err)
+	}
+	for name, s := range saved {
+		base, ours := p.reverse[name]
+		if !ours {
+			continue
+		}
+		hdr := s.Set
+		st.sets[name] = &hdr
+		for _, e := range s.Entries {
+			st.entries.Insert(setEntry{base, e})
+		}
+	}
+	return nil
 }

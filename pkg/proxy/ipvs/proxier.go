@@ -83,6 +83,9 @@ type Options struct {
 	ServiceHealth     ServiceHealthServer
 	// KernelVersion decides conn_reuse_mode handling ("" = assume a current kernel).
 	KernelVersion string
+	// RulesBackend is where the sets and rules beside IPVS live: RulesBackendIPTables
+	// (ipsets and iptables chains, upstream's; also "") or RulesBackendNFTables.
+	RulesBackend string
 }
 
 // Kernel is the set of kernel interfaces the proxier programs.
@@ -100,6 +103,12 @@ type Kernel struct {
 	// NFTables may be nil (no nft binary): upstream's nftables-mode table is then
 	// left in place.
 	NFTables nftables.Interface
+	// NFTRules is the table of the nftables rules backend (nftTable), shared by both
+	// families' proxiers. The nftables backend writes it; the iptables backend, when
+	// it is set, removes its family's objects from it once (a node switched back).
+	// With the nftables backend IPSet and IPTables may be nil: they are then only
+	// used, when set, to remove what the iptables backend left.
+	NFTRules nftables.Ruleset
 }
 
 // KernelReader is what a periodic resync reads the kernel through.
@@ -151,9 +160,14 @@ type Proxier struct {
 	// otherModesRemoved: upstream's iptables- and nftables-mode leftovers are gone
 	// (removeOtherModesLeftovers, after the first full sync that succeeds).
 	otherModesRemoved bool
-	draining          map[drainKey]int64 // TCP real servers at weight 0 whose endpoint is gone -> deadline (unix ns)
-	retryDelay        time.Duration
-	hcSynced          bool
+	// rules is the rules backend (backend.go); otherBackendRemoved: what the other
+	// backend left of this family is gone (after the first full sync that wrote
+	// every member and rule).
+	rules               rulesBackend
+	otherBackendRemoved bool
+	draining            map[drainKey]int64 // TCP real servers at weight 0 whose endpoint is gone -> deadline (unix ns)
+	retryDelay          time.Duration
+	hcSynced            bool
 
 	// Failure isolation: objects the kernel refused, retried with backoff; values not
 	// programmed at all; the ClusterIP keys external addresses must not take.
@@ -183,11 +197,13 @@ type Proxier struct {
 
 // SyncStats describes one sync.
 type SyncStats struct {
-	Full          bool
-	Services      int // services whose desired state was rebuilt
-	IPVSOps       int
-	IPSetOps      int
-	AddressOps    int
+	Full       bool
+	Services   int // services whose desired state was rebuilt
+	IPVSOps    int
+	IPSetOps   int
+	AddressOps int
+	// NFTablesOps counts the nftables set elements and out-filter rules written.
+	NFTablesOps   int
 	IPTablesWrite bool
 	// Failed counts the writes the kernel refused (their objects are held back).
 	Failed int
@@ -283,6 +299,9 @@ func NewProxier(ctx context.Context, opts Options, kernel Kernel, clk clock.Cloc
 		extKeys:          map[types.NamespacedName][]vsKey{},
 		extClaims:        map[vsKey]sets.Set[types.NamespacedName]{},
 		goResync:         func(f func()) { go f() },
+	}
+	if p.rules, err = newRulesBackend(p, opts, kernel); err != nil {
+		return nil, err
 	}
 	p.reverse = make(map[string]string, len(p.names))
 	for base, n := range p.names {
@@ -472,6 +491,9 @@ func (p *Proxier) syncProxyRules() {
 	if err == nil && full && !p.otherModesRemoved {
 		p.otherModesRemoved = p.removeOtherModesLeftovers(p.ctx, &stats)
 		stats.phase(p.clock.Now(), "leftovers")
+	}
+	if err == nil && full && !p.otherBackendRemoved && !p.rulesHeldBack() {
+		p.otherBackendRemoved = p.rules.removeOther(p.ctx, &stats)
 	}
 	stats.Full, stats.Err = full, err
 	p.lastSync = stats

@@ -17,9 +17,10 @@ const (
 	heldBackIPSet    = "ipset_error"    // ipset refused a member
 	heldBackAddress  = "address_error"  // kube-ipvs0 refused an address
 	heldBackIPTables = "iptables_error" // iptables-restore refused a Service's rule
+	heldBackNFTables = "nftables_error" // nftables refused a set element or a Service's rule
 )
 
-var heldBackReasons = []string{heldBackInvalid, heldBackIPVS, heldBackIPSet, heldBackAddress, heldBackIPTables}
+var heldBackReasons = []string{heldBackInvalid, heldBackIPVS, heldBackIPSet, heldBackAddress, heldBackIPTables, heldBackNFTables}
 
 type retryKind uint8
 

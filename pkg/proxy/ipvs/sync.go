@@ -21,6 +21,9 @@ type appliedState struct {
 	addrs    sets.Set[string]
 	iptables []byte
 	sets     map[string]*ipset.Set // family name -> header, of the sets that exist
+	// nftOther are the nftables elements no entry stands for one to one (the source
+	// ranges, and elements someone else added); nil with the iptables backend.
+	nftOther nftElements
 }
 
 type appliedVS struct {
@@ -141,13 +144,13 @@ func (p *Proxier) sync(ctx context.Context, full bool, snap *appliedState, start
 		for a := range observed.addrs {
 			t.addrs.Insert(a)
 		}
-		if err := p.ensureSets(ctx, &stats); err != nil {
+		if err := p.rules.prepare(ctx, &stats); err != nil {
 			return stats, err
 		}
 		stats.phase(p.clock.Now(), "ensureSets")
 	}
 	if !full {
-		if err := p.growSets(ctx, &stats); err != nil {
+		if err := p.rules.grow(ctx, &stats); err != nil {
 			return stats, err
 		}
 	}
@@ -162,7 +165,7 @@ func (p *Proxier) sync(ctx context.Context, full bool, snap *appliedState, start
 		index:            p.index,
 		applied:          p.applied,
 		touched:          t,
-		rules:            p.iptablesRules(outRules),
+		rules:            p.rules.rulesText(outRules),
 		draining:         func(k drainKey) bool { _, ok := p.draining[k]; return ok },
 		drainTerminating: p.bc.drainTerminating,
 		excluded:         p.excluded,

@@ -24,7 +24,7 @@ const (
 	SubsystemIPSet     = "ipset"
 	SubsystemIPTables  = "iptables"
 	SubsystemNetlink   = "netlink"  // addresses on kube-ipvs0, the dummy link
-	SubsystemNFTables  = "nftables" // upstream nftables-mode tables, removed once
+	SubsystemNFTables  = "nftables" // the nftables rules backend; upstream nftables-mode tables, removed once
 	SubsystemConntrack = "conntrack"
 	SubsystemSysctl    = "sysctl"
 )

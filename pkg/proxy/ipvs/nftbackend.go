@@ -1,0 +1,538 @@
+package ipvs
+
+// The nftables rules backend (--ipvs-rules-backend=nftables): the programme of
+// nftprogramme.go in the table `inet kube-proxy-ipvs`, its set elements written by
+// nftsets.go. Both families' proxiers share the table; each reads, writes and
+// removes only the objects named with its prefix (ip-, ip6-).
+//
+// A full sync writes the programme again in one transaction (sets and chains that
+// exist are kept, every chain but the out-filter one flushed and refilled: a
+// deleted rule or chain comes back, and no packet sees a chain half written), and
+// reads the elements of every set first, so elements someone removed or added are
+// put right. Set members are the index's ipset entries: an element that stands for
+// one entry (every set but the source ranges) is tracked as that entry in
+// applied.entries, so the plan diffs them as it diffs ipset members; the source
+// ranges, which are reduced to the widest of each port (nftSourceRanges), are kept
+// as elements (applied.nftOther) and rewritten port by port. No set has a size
+// limit.
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/sets"
+
+	nft "github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/nftables"
+)
+
+// nftOutFilterChain holds the Service-owned rules; the programme's other chains
+// depend only on the configuration.
+const nftOutFilterChain = "ipvs-out-filter"
+
+type nftBackend struct {
+	p   *Proxier
+	rs  nft.Ruleset
+	fam nftFamily
+}
+
+func newNFTBackend(p *Proxier, rs nft.Ruleset) *nftBackend {
+	return &nftBackend{p: p, rs: rs, fam: newNFTFamily(p.opts.IPFamily)}
+}
+
+// countedRuleset counts every transaction and listing in a sync's stats.
+type countedRuleset struct {
+	nft.Ruleset
+	stats *SyncStats
+}
+
+func (c countedRuleset) Run(ctx context.Context, tx *nft.Transaction) error {
+	c.stats.count(opNFTablesTransaction)
+	return c.Ruleset.Run(ctx, tx)
+}
+
+func (c countedRuleset) ListElements(ctx context.Context, set string) ([][]string, error) {
+	c.stats.count(opNFTablesList)
+	return c.Ruleset.ListElements(ctx, set)
+}
+
+func (c countedRuleset) List(ctx context.Context) ([]string, []string, error) {
+	c.stats.count(opNFTablesList)
+	return c.Ruleset.List(ctx)
+}
+
+// nftEntry is the ipset entry an element of set s stands for, the inverse of
+// nftElement. ok is false for the source ranges (an element there may stand for
+// several entries) and for an element no entry can make.
+func nftEntry(s nftSetInfo, fields []string) (setEntry, bool) {
+	var e setEntry
+	switch s.name {
+	case "load-balancer-source":
+		return setEntry{}, false
+	case "node-port", "node-port-local":
+		if len(fields) != 2 {
+			return setEntry{}, false
+		}
+		for _, base := range s.from {
+			if strings.HasSuffix(base, "-"+strings.ToUpper(fields[0])) {
+				e = setEntry{base, fields[1]}
+			}
+		}
+	case "health-check-node-port":
+		if len(fields) == 2 {
+			e = setEntry{setHealthCheckNodePort, fields[1]}
+		}
+	case "ipvs-ips":
+		if len(fields) == 1 {
+			e = setEntry{setIPVSIPs, fields[0]}
+		}
+	default:
+		if len(fields) == 3 || len(fields) == 4 {
+			text := fields[0] + "," + fields[1] + ":" + fields[2]
+			if len(fields) == 4 {
+				text += "," + fields[3]
+			}
+			e = setEntry{s.from[0], text}
+		}
+	}
+	if e.set == "" {
+		return setEntry{}, false
+	}
+	// Only what turns back into the same element is that entry.
+	set, back, err := nftElement(e.set, e.entry)
+	if err != nil || set != s.name || !slices.Equal(back, fields) {
+		return setEntry{}, false
+	}
+	return e, true
+}
+
+func (e nftElements) remove(set string, fields []string) {
+	delete(e[set], strings.Join(fields, " . "))
+}
+
+func isSourceRangeSet(base string) bool {
+	return base == setLoadBalancerSourceIP || base == setLoadBalancerSourceCIDR
+}
+
+// srcPort is a LoadBalancer address, protocol and port: the unit in which source
+// ranges are written.
+type srcPort struct{ addr, proto, port string }
+
+// srcPortOfEntry reads the port of a source range entry ("IP,proto:port,SRC").
+func srcPortOfEntry(entry string) (srcPort, bool) {
+	parts := strings.Split(entry, ",")
+	if len(parts) != 3 {
+		return srcPort{}, false
+	}
+	proto, port, ok := strings.Cut(parts[1], ":")
+	return srcPort{parts[0], proto, port}, ok
+}
+
+func srcPortOfElement(fields []string) (srcPort, bool) {
+	if len(fields) != 4 {
+		return srcPort{}, false
+	}
+	return srcPort{fields[0], fields[1], fields[2]}, true
+}
+
+func (b *nftBackend) observeSets(ctx context.Context, st *appliedState, stats *SyncStats) error {
+	rs := countedRuleset{b.rs, stats}
+	st.nftOther = nftElements{}
+	for _, s := range nftSetTable {
+		name := b.fam.name(s.name)
+		elems, err := rs.ListElements(ctx, name)
+		if nft.IsNotFound(err) {
+			continue // the table or the set is missing: prepare writes it
+		}
+		if err != nil {
+			return fmt.Errorf("listing nftables set %s: %w", name, err)
+		}
+		for _, fields := range elems {
+			if e, ok := nftEntry(s, fields); ok {
+				st.entries.Insert(e)
+			} else {
+				st.nftOther.add(name, fields)
+			}
+		}
+	}
+	return nil
+}
+
+// prepare writes the programme (full syncs). Objects of this family's prefix the
+// programme no longer has are deleted in the same transaction. When the kernel
+// refuses it (a set or base chain someone made again with another type, hook or
+// priority), every object of this family is deleted and written anew in one
+// transaction; the sets are then empty until the elements are written.
+func (b *nftBackend) prepare(ctx context.Context, stats *SyncStats) error {
+	p := b.p
+	rs := countedRuleset{b.rs, stats}
+	prog, err := buildNFTProgramme(p.rulesInput(nil))
+	if err != nil {
+		return fmt.Errorf("building the nftables programme: %w", err)
+	}
+	chains, setNames, err := rs.List(ctx)
+	if err != nil {
+		return fmt.Errorf("listing table %s: %w", nftTable, err)
+	}
+	chains, setNames = b.ours(chains), b.ours(setNames)
+	want := sets.New[string]()
+	for _, c := range prog.chains {
+		want.Insert(c.Name)
+	}
+	for _, s := range prog.sets {
+		want.Insert(s.Name)
+	}
+	stale := func(names []string) []string {
+		return slices.DeleteFunc(slices.Clone(names), want.Has)
+	}
+	tx := nft.NewTransaction()
+	b.writeProgramme(tx, prog)
+	deleteObjects(tx, stale(chains), stale(setNames))
+	err = rs.Run(ctx, tx)
+	if err == nil {
+		return nil
+	}
+	p.logger.Error(err, "The kernel refused this family's nftables programme; replacing every object of the family", "table", nftTable.String())
+	tx = nft.NewTransaction()
+	tx.AddTable()
+	deleteObjects(tx, chains, setNames)
+	b.writeProgramme(tx, prog)
+	if err := rs.Run(ctx, tx); err != nil {
+		return fmt.Errorf("writing the nftables programme of table %s: %w", nftTable, err)
+	}
+	// Every set is new and empty, the out-filter chain too.
+	p.applied.entries = sets.New[setEntry]()
+	p.applied.nftOther = nftElements{}
+	p.applied.iptables = nil
+	return nil
+}
+
+// ours keeps the names of this family's objects.
+func (b *nftBackend) ours(names []string) []string {
+	var out []string
+	for _, n := range names {
+		if strings.HasPrefix(n, b.fam.prefix) {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// deleteObjects adds to tx the deletion of chains and sets: every chain is flushed
+// first, so no rule of one jumps to another or uses a set when it goes.
+func deleteObjects(tx *nft.Transaction, chains, setNames []string) {
+	for _, c := range chains {
+		tx.FlushChain(c)
+	}
+	for _, c := range chains {
+		tx.DeleteChain(c)
+	}
+	for _, s := range setNames {
+		tx.DeleteSet(s)
+	}
+}
+
+// writeProgramme is writeAll without the out-filter chain's rules, which belong
+// to Services and are written by writeRules.
+func (b *nftBackend) writeProgramme(tx *nft.Transaction, prog *nftProgramme) {
+	tx.AddTable()
+	for _, s := range prog.sets {
+		tx.AddSet(s)
+	}
+	for _, c := range prog.chains {
+		tx.AddChain(c)
+	}
+	for _, c := range prog.chains {
+		if c.Name == b.fam.name(nftOutFilterChain) {
+			continue
+		}
+		tx.FlushChain(c.Name)
+		for _, r := range prog.rules[c.Name] {
+			tx.AddRule(c.Name, r)
+		}
+	}
+}
+
+// grow has nothing to do: nftables sets have no size limit.
+func (b *nftBackend) grow(context.Context, *SyncStats) error { return nil }
+
+// rulesText names the out-filter rules: the only rules that change with Services.
+func (b *nftBackend) rulesText(outRules []string) []byte {
+	return []byte("nftables " + b.fam.name(nftOutFilterChain) + "\n" + strings.Join(outRules, "\n"))
+}
+
+func (b *nftBackend) applySets(ctx context.Context, pl *syncPlan, stats *SyncStats, out *outcome) error {
+	p := b.p
+	a := p.applied
+	srcSet := b.fam.name("load-balancer-source")
+	failed := func(e setEntry, add bool, what string, err error) {
+		var owners []types.NamespacedName
+		if add {
+			owners = p.index.ownersOfEntry(e)
+		}
+		out.fail(failure{key: retryKey{kind: retryEntry, entry: e}, layer: heldBackNFTables,
+			what: "nftables element " + what, owners: owners, err: err})
+	}
+
+	// Elements that stand for one entry each.
+	var changes []nftChange
+	entryOf := map[string]setEntry{} // change text -> its entry
+	ports := map[srcPort]bool{}      // the source ranges to rewrite
+	var srcChanges []setChange
+	for _, c := range pl.sets {
+		if isSourceRangeSet(c.entry.set) {
+			if k, ok := srcPortOfEntry(c.entry.entry); ok {
+				ports[k] = true
+				srcChanges = append(srcChanges, c)
+			}
+			continue
+		}
+		set, fields, err := nftElement(c.entry.set, c.entry.entry)
+		if err != nil {
+			failed(c.entry, c.add, c.entry.set+" "+c.entry.entry, err)
+			continue
+		}
+		ch := nftChange{add: c.add, set: b.fam.name(set), fields: fields}
+		changes = append(changes, ch)
+		entryOf[ch.String()] = c.entry
+	}
+
+	// Source ranges, port by port; a full sync also rewrites every port the kernel
+	// or the index knows and deletes elements no entry stands for.
+	var wantSrc map[srcPort][]setEntry
+	if pl.full || len(ports) > 0 {
+		wantSrc = p.desiredSourceRanges()
+	}
+	if pl.full {
+		for k := range wantSrc {
+			ports[k] = true
+		}
+		for _, fields := range a.nftOther[srcSet] {
+			if k, ok := srcPortOfElement(fields); ok {
+				ports[k] = true
+			}
+		}
+	}
+	have, want := nftElements{}, nftElements{}
+	for set, elems := range a.nftOther {
+		for _, fields := range elems {
+			k, ok := srcPortOfElement(fields)
+			if set == srcSet && ok && ports[k] || pl.full {
+				have.add(set, fields)
+			}
+		}
+	}
+	badPorts := map[srcPort]error{}
+	for k := range ports {
+		w, errs := nftDesiredElements(b.fam, wantSrc[k])
+		if len(errs) > 0 {
+			badPorts[k] = errs[0]
+		}
+		for set, elems := range w {
+			for _, fields := range elems {
+				want.add(set, fields)
+			}
+		}
+	}
+	changes = append(changes, nftElementChanges(have, want)...)
+	// Deletions first, so a range that is replaced never overlaps its successor.
+	slices.SortStableFunc(changes, func(x, y nftChange) int {
+		switch {
+		case x.add == y.add:
+			return 0
+		case !x.add:
+			return -1
+		}
+		return 1
+	})
+	if len(changes) > 0 {
+		stats.NFTablesOps += len(changes)
+		refused, err := nftApplyChanges(ctx, countedRuleset{b.rs, stats}, changes, maxIsolatedSetFailures)
+		if err != nil {
+			return fmt.Errorf("writing %d nftables set elements: %w", len(changes), err)
+		}
+		bad := map[string]error{}
+		for _, r := range refused {
+			// An element to delete that is not there is what was wanted.
+			if !r.change.add && nft.IsNotFound(r.err) {
+				continue
+			}
+			bad[r.change.String()] = r.err
+		}
+		for _, c := range changes {
+			text := c.String()
+			err, refused := bad[text]
+			if e, ok := entryOf[text]; ok {
+				switch {
+				case refused:
+					failed(e, c.add, text, err)
+				case c.add:
+					a.entries.Insert(e)
+				default:
+					a.entries.Delete(e)
+				}
+				continue
+			}
+			if refused {
+				if k, ok := srcPortOfElement(c.fields); ok && c.set == srcSet {
+					badPorts[k] = fmt.Errorf("%s: %w", text, err)
+				} else {
+					out.fail(failure{key: retryKey{kind: retryEntry, entry: setEntry{c.set, text}}, layer: heldBackNFTables,
+						what: "nftables element " + text, err: err})
+				}
+				continue
+			}
+			if c.add {
+				a.nftOther.add(c.set, c.fields)
+			} else {
+				a.nftOther.remove(c.set, c.fields)
+			}
+		}
+	}
+	// A port whose elements all landed holds what its entries want; one with a
+	// refusal keeps its applied entries, so its changes are planned again.
+	for _, c := range srcChanges {
+		k, _ := srcPortOfEntry(c.entry.entry)
+		if err := badPorts[k]; err != nil {
+			failed(c.entry, c.add, "source range "+c.entry.entry, err)
+			continue
+		}
+		if c.add {
+			a.entries.Insert(c.entry)
+		} else {
+			a.entries.Delete(c.entry)
+		}
+	}
+	return nil
+}
+
+// desiredSourceRanges groups the source range entries the index wants by port.
+func (p *Proxier) desiredSourceRanges() map[srcPort][]setEntry {
+	out := map[srcPort][]setEntry{}
+	for e := range p.index.setRefs {
+		if isSourceRangeSet(e.set) {
+			if k, ok := srcPortOfEntry(e.entry); ok {
+				out[k] = append(out[k], e)
+			}
+		}
+	}
+	for _, es := range out {
+		slices.SortFunc(es, func(x, y setEntry) int { return strings.Compare(x.set+" "+x.entry, y.set+" "+y.entry) })
+	}
+	return out
+}
+
+// writeRules writes the out-filter chain: flushed and refilled in one
+// transaction. A rule the kernel refuses is found by bisection and held back
+// alone, as executeIPTables does; when even the empty chain cannot be written the
+// failure is global.
+func (b *nftBackend) writeRules(ctx context.Context, _ []byte, outRules []string, stats *SyncStats, out *outcome) error {
+	p := b.p
+	rs := countedRuleset{b.rs, stats}
+	chain := b.fam.name(nftOutFilterChain)
+	refuse := func(r string, err error) {
+		out.fail(failure{key: retryKey{kind: retryOutRule, text: r}, layer: heldBackNFTables,
+			what: "nftables rule " + chain + " for " + r, owners: p.index.ownersOfOutRule(r), err: err})
+	}
+	rules := map[string]nft.Rule{}
+	var cands []string
+	for _, r := range outRules {
+		nr, err := nftOutFilterRule(b.fam, r)
+		if err != nil {
+			refuse(r, err)
+			continue
+		}
+		rules[r] = nr
+		cands = append(cands, r)
+	}
+	write := func(list []string) error {
+		tx := nft.NewTransaction()
+		tx.FlushChain(chain)
+		for _, r := range list {
+			tx.AddRule(chain, rules[r])
+		}
+		stats.NFTablesOps += tx.Len()
+		return rs.Run(ctx, tx)
+	}
+	good := cands
+	if err := write(cands); err != nil {
+		if len(cands) == 0 {
+			return fmt.Errorf("writing nftables chain %s: %w", chain, err)
+		}
+		if err := write(nil); err != nil {
+			return fmt.Errorf("writing nftables chain %s: %w", chain, err)
+		}
+		good = nil
+		var bisect func(cand []string)
+		bisect = func(cand []string) {
+			if err := write(append(slices.Clone(good), cand...)); err == nil {
+				good = append(good, cand...)
+				return
+			} else if len(cand) == 1 {
+				refuse(cand[0], err)
+				return
+			}
+			mid := len(cand) / 2
+			bisect(cand[:mid])
+			bisect(cand[mid:])
+		}
+		// A refused write leaves the chain as the last accepted one did: good.
+		bisect(cands)
+	}
+	p.applied.iptables = b.rulesText(good)
+	out.writtenRules = good
+	return nil
+}
+
+// ensureJumps has nothing to do: the base chains are part of the programme.
+func (b *nftBackend) ensureJumps(context.Context, *SyncStats) error { return nil }
+
+// quiet is not done with this backend yet: a scheduler change may have a
+// connection or two refused, as it had before quiet.go.
+func (b *nftBackend) quiet(context.Context, []string, *SyncStats) func() { return func() {} }
+
+func (b *nftBackend) removeOther(ctx context.Context, stats *SyncStats) bool {
+	if err := b.p.removeIPTablesBackend(ctx, stats); err != nil {
+		b.p.logger.Error(err, "Failed to remove the iptables rules backend's chains and ipsets; trying again on the next full sync")
+		return false
+	}
+	return true
+}
+
+// removeNFTFamily deletes the objects of family f from the nftables backend's
+// table, and the table when nothing else is left in it. It returns how many
+// objects it deleted.
+func removeNFTFamily(ctx context.Context, r nft.Ruleset, f nftFamily, stats *SyncStats) (int, error) {
+	rs := countedRuleset{r, stats}
+	chains, setNames, err := rs.List(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("listing table %s: %w", nftTable, err)
+	}
+	var ourChains, ourSets []string
+	for _, c := range chains {
+		if strings.HasPrefix(c, f.prefix) {
+			ourChains = append(ourChains, c)
+		}
+	}
+	for _, s := range setNames {
+		if strings.HasPrefix(s, f.prefix) {
+			ourSets = append(ourSets, s)
+		}
+	}
+	n := len(ourChains) + len(ourSets)
+	if n == 0 {
+		return 0, nil
+	}
+	tx := nft.NewTransaction()
+	if n == len(chains)+len(setNames) {
+		tx.DeleteTable()
+	} else {
+		deleteObjects(tx, ourChains, ourSets)
+	}
+	if err := rs.Run(ctx, tx); err != nil {
+		return 0, fmt.Errorf("deleting %d objects of table %s: %w", n, nftTable, err)
+	}
+	return n, nil
+}
