@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -30,6 +31,9 @@ type CleanupKernel struct {
 	IPTables []iptables.Interface
 	Netlink  netlink.Handle
 	NFTables nftables.Interface // nil when nft is not installed
+	// NFTRules is the nftables rules backend's table (both families' objects);
+	// nil when nftables cannot be reached.
+	NFTRules nftables.Ruleset
 }
 
 // upstreamNFTablesTables hold all of upstream's nftables-mode state.
@@ -124,7 +128,8 @@ var serviceSets = []string{setClusterIP, setExternalIP, setExternalIPLocal, setL
 
 // Cleanup removes everything kube-proxy (ours, or upstream's ipvs and iptables modes)
 // programs on a node: its IPVS virtual servers (never third-party ones, never inside
-// excludeCIDRs), kube-ipvs0, upstream's nftables-mode tables, the chains upstream creates in nat, filter and mangle
+// excludeCIDRs), kube-ipvs0, upstream's nftables-mode tables, the nftables rules
+// backend's table, the chains upstream creates in nat, filter and mangle
 // for every family (upstreamChains) with every rule that jumps to them, and the
 // ipsets of upstream's ipvs mode in both families. Chains and sets of other software
 // survive even when their names start with KUBE-. It is idempotent; the error names
@@ -138,8 +143,29 @@ func Cleanup(ctx context.Context, k CleanupKernel, excludeCIDRs []*net.IPNet) er
 			errs = append(errs, fmt.Errorf("listing ipsets: %w", err))
 		}
 	}
+	// With the nftables rules backend, the addresses and ports of our virtual
+	// servers are in its sets: read them as the ipsets they stand for.
+	vsSets := all
+	if k.NFTRules != nil {
+		fromNFT, err := nftSetsAsIPSets(ctx, k.NFTRules)
+		if err != nil {
+			errs = append(errs, err)
+		}
+		if len(fromNFT) > 0 {
+			vsSets = make(map[string]*ipset.SetWithEntries, len(all)+len(fromNFT))
+			for name, s := range all {
+				vsSets[name] = s
+			}
+			for name, s := range fromNFT {
+				if have, ok := vsSets[name]; ok {
+					s = &ipset.SetWithEntries{Set: have.Set, Entries: append(slices.Clone(have.Entries), s.Entries...)}
+				}
+				vsSets[name] = s
+			}
+		}
+	}
 	if k.IPVS != nil {
-		errs = append(errs, cleanupVirtualServers(ctx, k, all, excludeCIDRs)...)
+		errs = append(errs, cleanupVirtualServers(ctx, k, vsSets, excludeCIDRs)...)
 	}
 	if k.Netlink != nil {
 		if err := k.Netlink.DeleteDummyDevice(ctx, netlink.DefaultDummyDevice); err != nil {
@@ -156,6 +182,13 @@ func Cleanup(ctx context.Context, k CleanupKernel, excludeCIDRs []*net.IPNet) er
 	if k.NFTables != nil {
 		if _, err := CleanupNFTablesMode(ctx, k.NFTables); err != nil {
 			errs = append(errs, err)
+		}
+	}
+	if k.NFTRules != nil {
+		tx := nftables.NewTransaction()
+		tx.DeleteTable()
+		if err := k.NFTRules.Run(ctx, tx); err != nil && !nftables.IsNotFound(err) {
+			errs = append(errs, fmt.Errorf("deleting table %s: %w", k.NFTRules.Table(), err))
 		}
 	}
 	// Sets last: the kernel refuses to destroy a set an iptables rule still uses.
@@ -177,6 +210,36 @@ func Cleanup(ctx context.Context, k CleanupKernel, excludeCIDRs []*net.IPNet) er
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// nftSetsAsIPSets reads the nftables rules backend's sets of both families as the
+// ipsets (family names) whose entries they hold; the source ranges are left out.
+func nftSetsAsIPSets(ctx context.Context, r nftables.Ruleset) (map[string]*ipset.SetWithEntries, error) {
+	out := map[string]*ipset.SetWithEntries{}
+	for _, family := range []v1.IPFamily{v1.IPv4Protocol, v1.IPv6Protocol} {
+		f := newNFTFamily(family)
+		for _, s := range nftSetTable {
+			elems, err := r.ListElements(ctx, f.name(s.name))
+			if nftables.IsNotFound(err) {
+				continue
+			}
+			if err != nil {
+				return out, fmt.Errorf("listing nftables set %s: %w", f.name(s.name), err)
+			}
+			for _, fields := range elems {
+				e, ok := nftEntry(s, fields)
+				if !ok {
+					continue
+				}
+				name := familySetName(e.set, family)
+				if out[name] == nil {
+					out[name] = &ipset.SetWithEntries{Set: ipset.Set{Name: name}}
+				}
+				out[name].Entries = append(out[name].Entries, e.entry)
+			}
+		}
+	}
+	return out, nil
 }
 
 // cleanupVirtualServers deletes the virtual servers kube-proxy made: those whose

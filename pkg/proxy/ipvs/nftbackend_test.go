@@ -5,6 +5,7 @@ package ipvs
 import (
 	"context"
 	"fmt"
+	"net"
 	"strings"
 	"testing"
 	"time"
@@ -12,6 +13,9 @@ import (
 	"golang.org/x/sys/unix"
 	v1 "k8s.io/api/core/v1"
 
+	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/ipset"
+	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/iptables"
+	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/ipvs"
 	nft "github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/nftables"
 )
 
@@ -460,5 +464,46 @@ func TestRulesBackendRefusedWithoutItsKernel(t *testing.T) {
 		if _, err := NewProxier(context.Background(), opts, k, e.clock); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: %v, want an error with %q", c.backend, err, c.want)
 		}
+	}
+}
+
+// TestCleanupRemovesBothBackends: --cleanup removes the nftables backend's table
+// (both families) and the virtual servers whose node ports only its sets record,
+// as well as the iptables backend's chains and ipsets.
+func TestCleanupRemovesBothBackends(t *testing.T) {
+	ctx := context.Background()
+	rs := nft.NewFakeRuleset(nftTable)
+	e := newNFTEnv(t, v1.IPv4Protocol, rs)
+	e.start(makeService("ns", "np", clusterIP("10.96.0.1"), port("p", v1.ProtocolTCP, 80, 30080)),
+		makeSlice("ns", "np", "np-1", tcp("p", 80), endpoint("10.244.2.1")))
+	v6 := newNFTEnv(t, v1.IPv6Protocol, rs)
+	v6.start(makeService("ns", "a6", clusterIP("fd00:96::1"), port("p", v1.ProtocolTCP, 80, 0)))
+	if !strings.Contains(e.ipvs.Dump(), "TCP  192.168.1.10:30080 rr") {
+		t.Fatalf("no node port virtual server to clean up:\n%s", e.ipvs.Dump())
+	}
+	// An ipset of the iptables backend's, from an earlier run.
+	tx := &ipset.Transaction{}
+	tx.Create(setSpecs(v1.IPv4Protocol)[1])
+	if err := e.ipset.Apply(ctx, tx); err != nil {
+		t.Fatal(err)
+	}
+	third := &ipvs.VirtualServer{Address: net.ParseIP("192.168.0.10"), Protocol: "TCP", Port: 8443, Scheduler: "wlc"}
+	if err := e.ipvs.AddVirtualServer(ctx, third); err != nil {
+		t.Fatal(err)
+	}
+
+	k := CleanupKernel{IPVS: e.ipvs, IPSet: e.ipset, IPTables: []iptables.Interface{e.ipt}, Netlink: e.nl, NFTRules: rs}
+	if err := Cleanup(ctx, k, nil); err != nil {
+		t.Fatalf("Cleanup: %v", err)
+	}
+	diff(t, "ipvs", "TCP  192.168.0.10:8443 wlc", e.ipvs.Dump())
+	if d := nftDump(t, rs); d != "" {
+		t.Errorf("the table survived --cleanup:\n%s", d)
+	}
+	if d := e.ipset.Dump(); d != "" {
+		t.Errorf("ipsets survived --cleanup:\n%s", d)
+	}
+	if err := Cleanup(ctx, k, nil); err != nil {
+		t.Fatalf("second Cleanup: %v", err)
 	}
 }
