@@ -3,6 +3,7 @@ package ipvs
 import (
 	"context"
 	"fmt"
+	"maps"
 	"net"
 	"slices"
 	"sort"
@@ -139,11 +140,12 @@ func (p *Proxier) observe(ctx context.Context, ipvsH ipvs.Interface, nl netlink.
 	return st, nil
 }
 
-// observeIPSets reads this family's ipsets (one `ipset save`) into st: the
-// iptables rules backend's sets.
+// observeIPSets reads this family's ipsets into st: the iptables rules backend's
+// sets. Only those are read (ipset.SaveSets): the other family's sets, which hold
+// every Service of a single-stack node, and other software's sets cost nothing.
 func (p *Proxier) observeIPSets(ctx context.Context, st *appliedState, stats *SyncStats) error {
 	stats.count(opIPSetSave)
-	saved, err := p.kernel.IPSet.SaveAll(ctx)
+	saved, err := p.kernel.IPSet.SaveSets(ctx, slices.Sorted(maps.Keys(p.reverse)))
 	if err != nil {
 		return fmt.Errorf("listing ipsets: %w", err)
 	}

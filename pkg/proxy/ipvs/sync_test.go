@@ -725,3 +725,53 @@ func TestSyncPhases(t *testing.T) {
 		t.Errorf("partial sync phases %q, want %q", got, want)
 	}
 }
+
+// setReads records which sets a proxier reads.
+type setReads struct {
+	ipset.Interface
+	saveAll int
+	read    []string
+}
+
+func (r *setReads) SaveAll(ctx context.Context) (map[string]*ipset.SetWithEntries, error) {
+	r.saveAll++
+	return r.Interface.SaveAll(ctx)
+}
+
+func (r *setReads) SaveSets(ctx context.Context, names []string) (map[string]*ipset.SetWithEntries, error) {
+	r.read = append(r.read, names...)
+	return r.Interface.SaveSets(ctx, names)
+}
+
+// TestFullSyncReadsOnlyItsFamilysSets: the IPv6 proxier of a node whose IPv4 sets
+// hold every Service (and where other software keeps sets) reads only its own sets
+// in a full sync: at 1,000 Services under TCG, `ipset save` of everything made the
+// empty family's first full sync cost as much as the full one's.
+func TestFullSyncReadsOnlyItsFamilysSets(t *testing.T) {
+	e := newTestEnv(t, v1.IPv6Protocol)
+	tx := &ipset.Transaction{}
+	tx.Create(&ipset.Set{Name: "KUBE-CLUSTER-IP", Type: ipset.HashIPPort, Family: ipset.FamilyInet})
+	tx.Create(&ipset.Set{Name: "cali40all-hosts", Type: ipset.HashIP, Family: ipset.FamilyInet})
+	for i := 0; i < 1000; i++ {
+		tx.Add("KUBE-CLUSTER-IP", fmt.Sprintf("10.96.%d.%d,tcp:80", i/250, i%250+1))
+	}
+	if err := e.ipset.Apply(context.Background(), tx); err != nil {
+		t.Fatal(err)
+	}
+	rec := &setReads{Interface: e.p.kernel.IPSet}
+	e.p.kernel.IPSet = rec
+	e.start()
+	e.p.needFull = true
+	e.mustSync()
+	if rec.saveAll != 0 {
+		t.Errorf("full syncs read every set %d times", rec.saveAll)
+	}
+	if len(rec.read) == 0 {
+		t.Fatal("full syncs read no set at all")
+	}
+	for _, name := range rec.read {
+		if !strings.HasPrefix(name, "KUBE-6-") {
+			t.Errorf("the IPv6 proxier read set %q", name)
+		}
+	}
+}
