@@ -44,6 +44,12 @@ func runCleanup(ctx context.Context, s *ProxyServer) error {
 	} else {
 		logger.Info("nft is not installed; tables of upstream's nftables mode, if any, are left in place")
 	}
+	// The nftables rules backend's table is written over netlink, and removed so.
+	if rs, err := nftables.NewNetlink(ipvsproxy.NFTRulesTable(), exec); err == nil {
+		k.NFTRules = rs
+	} else {
+		logger.Info("Cannot reach nftables; a table of the nftables rules backend, if any, is left in place", "err", err)
+	}
 	exclude, err := parseCIDRs(s.Config.IPVS.ExcludeCIDRs)
 	if err != nil {
 		return err

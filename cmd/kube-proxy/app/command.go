@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"os/signal"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -21,6 +22,7 @@ import (
 	"k8s.io/klog/v2"
 
 	proxyconfigapi "github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/proxy/apis/config"
+	ipvsproxy "github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/proxy/ipvs"
 )
 
 const componentName = "kube-proxy"
@@ -221,6 +223,9 @@ func (r *invocation) validate() error {
 	}
 	if errs := proxyconfigapi.Validate(cfg, r.opts.featureGate); len(errs) > 0 {
 		return fmt.Errorf("invalid configuration (from %s): %w", source, errs.ToAggregate())
+	}
+	if !slices.Contains(ipvsproxy.RulesBackends, r.opts.RulesBackend) {
+		return fmt.Errorf("--ipvs-rules-backend=%q is not supported: want %s", r.opts.RulesBackend, strings.Join(ipvsproxy.RulesBackends, " or "))
 	}
 	return nil
 }

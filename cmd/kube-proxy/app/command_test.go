@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/spf13/pflag"
 	logsapi "k8s.io/component-base/logs/api/v1"
 	"k8s.io/kube-proxy/config/v1alpha1"
 
@@ -139,6 +140,9 @@ func TestBadInputExitsOneWithOneLine(t *testing.T) {
 		{"bad duration", []string{"--ipvs-sync-period=soon"}, []string{"--ipvs-sync-period"}},
 		{"positional argument", []string{"ipvs"}, []string{"does not take any arguments"}},
 		{"bad --version value", []string{"--version=latest"}, []string{"--version"}},
+		{"unknown rules backend", []string{"--ipvs-rules-backend=pf"}, []string{"--ipvs-rules-backend", `"pf"`, "iptables or nftables"}},
+		{"empty rules backend", []string{"--ipvs-rules-backend="}, []string{"--ipvs-rules-backend", "iptables or nftables"}},
+		{"rules backend over a config file", []string{"--config", writeFile(t, "ok.yaml", configHeader), "--ipvs-rules-backend=NFTables"}, []string{`"NFTables"`}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -364,5 +368,36 @@ func TestKubernetesFeatureGatesAccepted(t *testing.T) {
 	}
 	if len(knownKubernetesFeatureGates) < 200 {
 		t.Errorf("only %d known Kubernetes gates: regenerate with hack/update-known-feature-gates.sh", len(knownKubernetesFeatureGates))
+	}
+}
+
+// TestRulesBackendFlag: --ipvs-rules-backend takes iptables (the default) and
+// nftables, on its own and over a --config file, and reaches the ProxyServer.
+func TestRulesBackendFlag(t *testing.T) {
+	cfgFile := writeFile(t, "cfg.yaml", configHeader)
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{nil, "iptables"},
+		{[]string{"--ipvs-rules-backend=nftables"}, "nftables"},
+		{[]string{"--ipvs-rules-backend", "iptables"}, "iptables"},
+		{[]string{"--config", cfgFile, "--ipvs-rules-backend=nftables"}, "nftables"},
+	} {
+		fs := pflag.NewFlagSet("test", pflag.ContinueOnError)
+		r := &invocation{opts: newOptions(proxyconfigapi.NewFlagDefaultConfiguration(), newFeatureGate()), args: c.args}
+		r.opts.AddFlags(fs)
+		if err := fs.Parse(c.args); err != nil {
+			t.Fatal(err)
+		}
+		if err := r.complete(fs); err != nil {
+			t.Fatalf("%v: %v", c.args, err)
+		}
+		if err := r.validate(); err != nil {
+			t.Errorf("%v: %v", c.args, err)
+		}
+		if r.opts.RulesBackend != c.want {
+			t.Errorf("%v: backend %q, want %q", c.args, r.opts.RulesBackend, c.want)
+		}
 	}
 }

@@ -25,7 +25,8 @@ import (
 type familyCheck struct {
 	procRoot string // "/proc"
 	// natUsable lists the nat table's POSTROUTING chain with the family's
-	// iptables (upstream's Present()).
+	// iptables (upstream's Present()); nil for the nftables rules backend, which
+	// does not use iptables.
 	natUsable func(ctx context.Context, family v1.IPFamily) error
 }
 
@@ -42,6 +43,9 @@ func (c familyCheck) usable(family v1.IPFamily) error {
 		if data, err := os.ReadFile(filepath.Join(c.procRoot, "sys/net/ipv6/conf/all/disable_ipv6")); err == nil && strings.TrimSpace(string(data)) == "1" {
 			return errors.New("IPv6 is disabled (net.ipv6.conf.all.disable_ipv6=1)")
 		}
+	}
+	if c.natUsable == nil {
+		return nil
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

@@ -11,6 +11,7 @@ import (
 	"k8s.io/kube-proxy/config/v1alpha1"
 
 	proxyconfigapi "github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/proxy/apis/config"
+	ipvsproxy "github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/proxy/ipvs"
 )
 
 // Options holds the command line of one invocation: the configuration the flags
@@ -26,6 +27,9 @@ type Options struct {
 	InitAndExit bool
 	// VirtualServerMetrics is --ipvs-virtual-server-metrics (ours, not upstream's).
 	VirtualServerMetrics bool
+	// RulesBackend is --ipvs-rules-backend (ours): where the sets and rules beside
+	// IPVS live, "iptables" (ipsets and iptables chains, as upstream) or "nftables".
+	RulesBackend string
 	// Master is --master, overriding the kubeconfig's server.
 	Master string
 	// hostnameOverride is --hostname-override, applied trimmed and lowercased.
@@ -43,7 +47,9 @@ func newOptions(cfg *v1alpha1.KubeProxyConfiguration, fg featuregate.MutableVers
 		config:      cfg,
 		featureGate: fg,
 		healthzPort: proxyconfigapi.ProxyHealthzPort,
-		metricsPort: proxyconfigapi.ProxyStatusPort,
+		// RulesBackend's default is upstream's programme.
+		RulesBackend: ipvsproxy.RulesBackendIPTables,
+		metricsPort:  proxyconfigapi.ProxyStatusPort,
 	}
 }
 
@@ -74,6 +80,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.Var(ipPortValue{&c.MetricsBindAddress}, "metrics-bind-address", "The IP address and port for the metrics server to serve on, defaulting to \"127.0.0.1:10249\". (Set to \"0.0.0.0:10249\" / \"[::]:10249\" to bind on all interfaces.) Set empty to disable.")
 	fs.BoolVar(&c.BindAddressHardFail, "bind-address-hard-fail", c.BindAddressHardFail, "If true kube-proxy will treat failure to bind to a port as fatal and exit")
 	fs.BoolVar(&o.VirtualServerMetrics, "ipvs-virtual-server-metrics", o.VirtualServerMetrics, "If true, export per-Service IPVS counters (connections, packets, bytes per virtual server) as kubeproxy_ipvs_virtual_server_* metrics. Not an upstream flag; each scrape reads the IPVS table once.")
+	fs.StringVar(&o.RulesBackend, "ipvs-rules-backend", o.RulesBackend, "Where the rules that go with IPVS live: 'iptables' (ipsets and iptables chains, as upstream kube-proxy's ipvs mode) or 'nftables' (one nftables table, inet kube-proxy-ipvs; needs neither ipset nor iptables). Switching removes the other backend's rules once the new ones are written. Not an upstream flag.")
 	fs.BoolVar(&c.EnableProfiling, "profiling", c.EnableProfiling, "If true enables profiling via web interface on /debug/pprof handler.")
 	fs.StringVar(&c.ShowHiddenMetricsForVersion, "show-hidden-metrics-for-version", c.ShowHiddenMetricsForVersion,
 		"The previous version for which you want to show hidden metrics. Only the previous minor version is meaningful, other values will not be allowed. "+

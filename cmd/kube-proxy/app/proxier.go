@@ -40,8 +40,19 @@ func createProxier(ctx context.Context, s *ProxyServer) (proxy.Provider, error) 
 	if err != nil {
 		return nil, fmt.Errorf("choosing the iptables backend: %w", err)
 	}
-	logger.Info("Using iptables backend", "mode", mode)
-	if s.IPFamilies, err = checkTools(logger, s.IPFamilies, mode, exec.LookPath); err != nil {
+	nftBackend := s.RulesBackend == ipvsproxy.RulesBackendNFTables
+	if nftBackend {
+		// Neither ipset nor iptables is needed; where they are installed they are
+		// used once, to remove what the iptables rules backend left.
+		logger.Info("Using the nftables rules backend", "table", ipvsproxy.NFTRulesTable().String())
+	} else {
+		logger.Info("Using iptables backend", "mode", mode)
+		if s.IPFamilies, err = checkTools(logger, s.IPFamilies, mode, exec.LookPath); err != nil {
+			return nil, err
+		}
+	}
+	nftRules, err := openNFTRules(ctx, logger, nftBackend, exec)
+	if err != nil {
 		return nil, err
 	}
 	ipvsHandle, err := ipvs.New("")
@@ -55,7 +66,10 @@ func createProxier(ctx context.Context, s *ProxyServer) (proxy.Provider, error) 
 	if err != nil {
 		return nil, fmt.Errorf("opening rtnetlink: %w", err)
 	}
-	ipsetHandle := ipset.New(exec)
+	var ipsetHandle ipset.Interface
+	if _, err := exec.LookPath("ipset"); err == nil || !nftBackend {
+		ipsetHandle = ipset.New(exec)
+	}
 	// Upstream's nftables mode keeps its rules in tables the proxiers remove once
 	// they have synced (a node switched from that mode).
 	var nft nftables.Interface
@@ -82,7 +96,10 @@ func createProxier(ctx context.Context, s *ProxyServer) (proxy.Provider, error) 
 	proxiers := map[v1.IPFamily]proxy.Provider{}
 	var all []*ipvsproxy.Proxier
 	for _, family := range s.IPFamilies {
-		ipt := iptables.New(exec, iptablesProtocol(family), mode)
+		var ipt iptables.Interface
+		if !nftBackend || len(missingTools(familyTools(mode, family), exec.LookPath)) == 0 {
+			ipt = iptables.New(exec, iptablesProtocol(family), mode)
+		}
 		af := uint8(unix.AF_INET)
 		if family == v1.IPv6Protocol {
 			af = unix.AF_INET6
@@ -120,10 +137,11 @@ func createProxier(ctx context.Context, s *ProxyServer) (proxy.Provider, error) 
 			HealthzServer:     hz,
 			ServiceHealth:     serviceHealth,
 			KernelVersion:     kernelRelease,
+			RulesBackend:      s.RulesBackend,
 		}
 		p, err := ipvsproxy.NewProxier(ctx, opts, ipvsproxy.Kernel{
 			IPVS: ipvsHandle, IPSet: ipsetHandle, IPTables: ipt, Netlink: nl, Sysctl: s.Sysctl, Conntrack: ct, NFTables: nft,
-			Reader: resyncReader(logger, family),
+			NFTRules: nftRules, Reader: resyncReader(logger, family),
 		}, nil)
 		if err != nil {
 			return nil, fmt.Errorf("creating the %s proxier: %w", family, err)
@@ -262,4 +280,33 @@ func resyncReader(logger klog.Logger, family v1.IPFamily) *ipvsproxy.KernelReade
 		return nil
 	}
 	return &ipvsproxy.KernelReader{IPVS: h, Netlink: nl}
+}
+
+// openNFTRules opens the nftables rules backend's table over netlink. The
+// nftables backend needs it. With the iptables backend it is wired into the
+// proxiers only when the table exists (the node ran the nftables backend before),
+// so that each removes its family's objects once its own rules are written.
+func openNFTRules(ctx context.Context, logger klog.Logger, required bool, exec utilexec.Interface) (nftables.Ruleset, error) {
+	rs, err := nftables.NewNetlink(ipvsproxy.NFTRulesTable(), exec)
+	if err != nil {
+		if required {
+			return nil, fmt.Errorf("the nftables rules backend needs nftables in the kernel: %w", err)
+		}
+		logger.Info("Cannot reach nftables; a table of the nftables rules backend, if any, is left in place", "err", err)
+		return nil, nil
+	}
+	if required {
+		return rs, nil
+	}
+	chains, sets, err := rs.List(ctx)
+	switch {
+	case err != nil:
+		logger.Info("Cannot read nftables; a table of the nftables rules backend, if any, is left in place", "err", err)
+		return nil, nil
+	case len(chains)+len(sets) == 0:
+		return nil, nil
+	}
+	logger.Info("The nftables rules backend's table is present; each family removes its objects once its iptables rules are written",
+		"table", ipvsproxy.NFTRulesTable().String())
+	return rs, nil
 }

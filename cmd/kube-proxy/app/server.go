@@ -23,6 +23,7 @@ import (
 	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/proxy"
 	proxyconfigapi "github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/proxy/apis/config"
 	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/proxy/healthcheck"
+	ipvsproxy "github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/proxy/ipvs"
 	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/sysctl"
 )
 
@@ -78,6 +79,8 @@ type ProxyServer struct {
 	ConfigFile string
 	// VirtualServerMetrics enables the per-Service IPVS counters.
 	VirtualServerMetrics bool
+	// RulesBackend is --ipvs-rules-backend (ipvsproxy.RulesBackend*).
+	RulesBackend string
 
 	deps deps
 }
@@ -88,26 +91,30 @@ type deps struct {
 	hostname        func() (string, error)
 	kernel          kernelSetup
 	familySupported func(v1.IPFamily) error // nil: a proxier can run for it
-	nodeWaitTimeout time.Duration           // for the Node and its addresses
-	podCIDRTimeout  time.Duration           // for node.spec.podCIDRs, in detectLocalMode NodeCIDR
-	nodePoll        time.Duration
-	newProvider     func(ctx context.Context, s *ProxyServer) (proxy.Provider, error)
-	configPoll      time.Duration
-	serverRetry     time.Duration
+	// nftFamilySupported replaces familySupported with the nftables rules backend
+	// (no iptables nat table needed); nil: familySupported decides.
+	nftFamilySupported func(v1.IPFamily) error
+	nodeWaitTimeout    time.Duration // for the Node and its addresses
+	podCIDRTimeout     time.Duration // for node.spec.podCIDRs, in detectLocalMode NodeCIDR
+	nodePoll           time.Duration
+	newProvider        func(ctx context.Context, s *ProxyServer) (proxy.Provider, error)
+	configPoll         time.Duration
+	serverRetry        time.Duration
 }
 
 func defaultDeps() deps {
 	return deps{
-		newClient:       createClient,
-		hostname:        os.Hostname,
-		kernel:          defaultKernelSetup(),
-		familySupported: defaultFamilyCheck().usable,
-		nodeWaitTimeout: 30 * time.Second,
-		podCIDRTimeout:  5 * time.Minute,
-		nodePoll:        time.Second,
-		newProvider:     createProxier,
-		configPoll:      5 * time.Second,
-		serverRetry:     5 * time.Second,
+		newClient:          createClient,
+		hostname:           os.Hostname,
+		kernel:             defaultKernelSetup(),
+		familySupported:    defaultFamilyCheck().usable,
+		nftFamilySupported: familyCheck{procRoot: "/proc"}.usable,
+		nodeWaitTimeout:    30 * time.Second,
+		podCIDRTimeout:     5 * time.Minute,
+		nodePoll:           time.Second,
+		newProvider:        createProxier,
+		configPoll:         5 * time.Second,
+		serverRetry:        5 * time.Second,
 	}
 }
 
@@ -125,7 +132,8 @@ func kernelSupportsFamily(family v1.IPFamily) bool {
 func newProxyServer(ctx context.Context, o *Options, d deps) (*ProxyServer, error) {
 	logger := klog.FromContext(ctx)
 	cfg := o.config
-	s := &ProxyServer{Config: cfg, FeatureGate: o.featureGate, Sysctl: d.kernel.sysctl, ConfigFile: o.ConfigFile, VirtualServerMetrics: o.VirtualServerMetrics, deps: d}
+	s := &ProxyServer{Config: cfg, FeatureGate: o.featureGate, Sysctl: d.kernel.sysctl, ConfigFile: o.ConfigFile, VirtualServerMetrics: o.VirtualServerMetrics,
+		RulesBackend: o.RulesBackend, deps: d}
 
 	name, err := resolveNodeName(cfg.HostnameOverride, d.hostname)
 	if err != nil {
@@ -146,7 +154,11 @@ func newProxyServer(ctx context.Context, o *Options, d deps) (*ProxyServer, erro
 	}
 	s.IPFamilies = []v1.IPFamily{s.PrimaryIPFamily}
 	other := otherFamily(s.PrimaryIPFamily)
-	if err := d.familySupported(other); err == nil {
+	supported := d.familySupported
+	if s.RulesBackend == ipvsproxy.RulesBackendNFTables && d.nftFamilySupported != nil {
+		supported = d.nftFamilySupported
+	}
+	if err := supported(other); err == nil {
 		s.IPFamilies = append(s.IPFamilies, other)
 		logger.Info("Running in dual-stack mode", "primaryIPFamily", s.PrimaryIPFamily)
 	} else {

@@ -33,6 +33,7 @@ import (
 
 	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/proxy"
 	proxyconfigapi "github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/proxy/apis/config"
+	ipvsproxy "github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/proxy/ipvs"
 )
 
 // fakeSysctl is an in-memory /proc/sys.
@@ -413,6 +414,20 @@ func TestNewProxyServer(t *testing.T) {
 	}
 	if diff := cmp.Diff([]v1.IPFamily{v1.IPv4Protocol}, s.IPFamilies); diff != "" {
 		t.Errorf("single-stack IPFamilies (-want +got):\n%s", diff)
+	}
+
+	// The nftables rules backend reaches the server, and needs no iptables nat
+	// table for the second family.
+	o.RulesBackend = ipvsproxy.RulesBackendNFTables
+	env.deps.nftFamilySupported = func(v1.IPFamily) error { return nil }
+	if s, err = newProxyServer(context.Background(), o, env.deps); err != nil {
+		t.Fatal(err)
+	}
+	if s.RulesBackend != ipvsproxy.RulesBackendNFTables {
+		t.Errorf("RulesBackend %q, want nftables", s.RulesBackend)
+	}
+	if diff := cmp.Diff([]v1.IPFamily{v1.IPv4Protocol, v1.IPv6Protocol}, s.IPFamilies); diff != "" {
+		t.Errorf("nftables backend IPFamilies (-want +got):\n%s", diff)
 	}
 }
 

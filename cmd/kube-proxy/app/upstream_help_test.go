@@ -96,6 +96,7 @@ Flags:
 // ourOwnFlags are flags upstream does not have.
 var ourOwnFlags = map[string]string{
 	"ipvs-virtual-server-metrics": "per-Service IPVS counters, README 'Where we deliberately differ'",
+	"ipvs-rules-backend":          "the nftables rules backend, docs/ARCHITECTURE.md (issue 16)",
 }
 
 // TestFlagDefaultsMatchUpstreamHelp compares every flag of our --help with

@@ -7,6 +7,7 @@ import (
 
 	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/ipset"
 	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/iptables"
+	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/nftables"
 )
 
 // The rules backends (--ipvs-rules-backend, issue 16). IPVS and kube-ipvs0 are
@@ -22,6 +23,10 @@ const (
 
 // RulesBackends are the values --ipvs-rules-backend accepts.
 var RulesBackends = []string{RulesBackendIPTables, RulesBackendNFTables}
+
+// NFTRulesTable is the table of the nftables backend, for Kernel.NFTRules and
+// CleanupKernel.NFTRules.
+func NFTRulesTable() nftables.Table { return nftTable }
 
 // rulesBackend is what a sync asks of the rules beside IPVS. Set members are
 // handled as ipset entries of the base sets (setEntry) on both sides: that is what
