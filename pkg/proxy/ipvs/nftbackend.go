@@ -453,7 +453,8 @@ func (b *nftBackend) writeRules(ctx context.Context, _ []byte, outRules []string
 		for _, r := range list {
 			tx.AddRule(chain, rules[r])
 		}
-		stats.NFTablesOps += tx.Len()
+		// Not counted in NFTablesOps: every full sync rewrites the chain, which is
+		// not drift (as the iptables chains' rewrite is not).
 		return rs.Run(ctx, tx)
 	}
 	good := cands

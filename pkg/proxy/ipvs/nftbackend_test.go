@@ -218,6 +218,14 @@ func TestNFTBackendRepairsDrift(t *testing.T) {
 	e.start(nftServices()...)
 	want := nftDump(t, rs)
 
+	// A periodic full sync over an untouched table rewrites the programme and the
+	// out-filter chain (two transactions) and no element: nothing counts as drift.
+	before := rs.Transactions
+	e.clock.Step(31 * time.Second)
+	if st := e.mustSync(); !st.Full || st.NFTablesOps != 0 || rs.Transactions-before != 2 {
+		t.Errorf("a clean full sync: %+v, %d transactions; want a full sync, no element, 2 transactions", st, rs.Transactions-before)
+	}
+
 	ctx := context.Background()
 	for _, build := range []func(tx *nft.Transaction){
 		func(tx *nft.Transaction) { tx.DeleteElements("ip-cluster-ip", []string{"10.96.0.10", "tcp", "80"}) },

@@ -202,7 +202,7 @@ type SyncStats struct {
 	IPVSOps    int
 	IPSetOps   int
 	AddressOps int
-	// NFTablesOps counts the nftables set elements and out-filter rules written.
+	// NFTablesOps counts the nftables set elements written (added or deleted).
 	NFTablesOps   int
 	IPTablesWrite bool
 	// Failed counts the writes the kernel refused (their objects are held back).

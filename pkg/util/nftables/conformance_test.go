@@ -311,6 +311,11 @@ func runConformance(t *testing.T, kernel string, newReal func(t *testing.T) Rule
 				impls = append(impls, newReal(t))
 				names = append(names, "kernel")
 			}
+			for j, r := range impls {
+				if c, s, err := r.List(ctx); err != nil || c != nil || s != nil {
+					t.Fatalf("%s: List before the table exists: %q %q %v, want nothing", names[j], c, s, err)
+				}
+			}
 			for i, st := range sc.steps {
 				tx := NewTransaction()
 				st.build(tx)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -377,11 +378,17 @@ func (r *netlinkRuleset) List(ctx context.Context) (chains, sets []string, err e
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	fam, _ := gnftFamily(r.table.Family)
+	// Asking for the sets of a missing table fails with an error that does not
+	// unwrap to ENOENT: look for the table first.
+	tables, err := r.conn.ListTablesOfFamily(fam)
+	if err != nil {
+		return nil, nil, fmt.Errorf("listing %s tables: %w", r.table.Family, err)
+	}
+	if !slices.ContainsFunc(tables, func(t *gnft.Table) bool { return t.Name == r.table.Name }) {
+		return nil, nil, nil
+	}
 	gs, err := r.conn.GetSets(r.gtable())
 	if err != nil {
-		if IsNotFound(err) {
-			return nil, nil, nil // no table
-		}
 		return nil, nil, fmt.Errorf("listing the sets of %s: %w", r.table, err)
 	}
 	for _, s := range gs {
