@@ -535,12 +535,42 @@ func TestTwoNodePodToRemotePod(t *testing.T) {
 		waitOn(t, ctx, n, "TCP", vip2, p2[0].IP)
 		waitOn(t, ctx, n, "TCP", vip1, p1[1].IP)
 	}
-	answers(t, "pod on node1 -> ClusterIP -> pod on node2", mustClient(t, ctx, n1, p1[0].Name, "tcp", vip2, 3), 3, map[string]int{"pp2-a": 3}, p1[0].IP)
-	answers(t, "pod on node2 -> ClusterIP -> pod on node1", mustClient(t, ctx, n2, p2[1].Name, "tcp", vip1, 3), 3, map[string]int{"pp1-b": 3}, p2[1].IP)
+	answers(t, "pod on node1 -> ClusterIP -> pod on node2", podClient(t, ctx, n1, p1[0], vip2, 3), 3, map[string]int{"pp2-a": 3}, p1[0].IP)
+	answers(t, "pod on node2 -> ClusterIP -> pod on node1", podClient(t, ctx, n2, p2[1], vip1, 3), 3, map[string]int{"pp1-b": 3}, p2[1].IP)
 	// The nodes themselves: masqueraded to their underlay address, the
 	// interface towards the remote pod.
 	answers(t, "node1 -> ClusterIP -> pod on node2", mustClient(t, ctx, n1, "", "tcp", vip2, 3), 3, map[string]int{"pp2-a": 3}, n1.IP)
 	answers(t, "node2 -> ClusterIP -> pod on node1", mustClient(t, ctx, n2, "", "tcp", vip1, 3), 3, map[string]int{"pp1-b": 3}, n2.IP)
+}
+
+// podClient is mustClient from a pod that, when a connection fails, first
+// records what the pod, its node and the kernel's counters say, and whether
+// the same connection works a few seconds later (a failure that heals by
+// itself and one that stays point to different causes).
+func podClient(t *testing.T, ctx context.Context, n *framework.ClusterNode, pod *framework.Pod, addr string, count int) string {
+	t.Helper()
+	out := mustClient(t, ctx, n, pod.Name, "tcp", addr, count)
+	if _, errs := framework.CountAnswers(out); errs == 0 {
+		return out
+	}
+	vip, pre := strings.Split(addr, ":")[0], ""
+	if n.NS != "" {
+		pre = "ip netns exec " + n.NS + " "
+	}
+	diag, _ := vm.Sh(ctx, fmt.Sprintf(`pod=%[1]s; v=v${pod:0:13}
+echo "# in the pod"; ip -n $pod neigh; ip -n $pod route; ip -n $pod -s link show eth0
+echo "# pod -> gateway"; ip netns exec $pod ping -c1 -W1 %[4]s
+echo "# node: cbr0, its neighbours and local MACs, the pod's port"; %[3]s ip -br link show cbr0; %[3]s ip neigh show dev cbr0; %[3]s bridge fdb show br cbr0 | grep -w permanent; %[3]s ip -s link show $v; %[3]s bridge link show dev $v
+echo "# node: route for the pod's packet"; %[3]s ip route get %[2]s from %[5]s iif cbr0
+echo "# node: conntrack from the pod"; %[3]s conntrack -L -s %[5]s 2>&1
+echo "# node: IPVS connections"; %[3]s ipvsadm -Lnc; %[3]s ipvsadm -Ln --stats -t %[6]s
+echo "# node: drop counters"; %[3]s nstat -az 2>/dev/null | grep -Ei 'drop|martian|inhdrerr|inaddrerr|noroute|discard' | grep -v ' 0 '
+echo "# node: sysctls"; %[3]s sysctl net.ipv4.conf.all.rp_filter net.ipv4.conf.cbr0.rp_filter net.ipv4.ip_forward net.bridge.bridge-nf-call-iptables 2>&1
+true`, pod.Name, vip, pre, n.Gateway, pod.IP, addr))
+	t.Logf("%s -> %s failed:\n%s\ndiagnosis:\n%s", pod.Name, addr, out, diag)
+	time.Sleep(3 * time.Second)
+	t.Logf("%s -> %s again, 3 s later: %s", pod.Name, addr, strings.ReplaceAll(mustClient(t, ctx, n, pod.Name, "tcp", addr, 2), "\n", " | "))
+	return out
 }
 
 // TestTwoNodeLoadBalancerSourceRanges: loadBalancerSourceRanges from

@@ -6,7 +6,12 @@
 # on eth0 (beside 10.0.2.15).
 set -euo pipefail
 modprobe br_netfilter
-ip link add cbr0 type bridge
+# A fixed MAC: a bridge without one takes its lowest port's MAC, so adding
+# or deleting a pod changes the gateway's MAC under the pods that learnt the
+# old one; their frames then go to a MAC nobody answers (seen as a pod that
+# cannot reach its gateway or any Service after another pod went away). CNI
+# bridge plugins fix the bridge's MAC for the same reason.
+ip link add cbr0 address 02:00:0a:f4:00:01 type bridge
 ip addr add 10.244.0.1/24 dev cbr0
 ip -6 addr add fd00:244::1/64 dev cbr0 nodad
 ip link set cbr0 up

@@ -41,7 +41,8 @@ setup)
 	ip -n node2 link set eth0 up
 	ip -n underlay link set p-node2 master br0
 	ip -n underlay link set p-node2 up
-	ip -n node2 link add cbr0 type bridge
+	# A fixed MAC, as on node1 (node-setup.sh says why).
+	ip -n node2 link add cbr0 address 02:00:0a:f4:01:01 type bridge
 	ip -n node2 addr add 10.244.1.1/24 dev cbr0
 	ip -n node2 link set cbr0 up
 	ip netns exec node2 sysctl -qw net.ipv4.ip_forward=1
