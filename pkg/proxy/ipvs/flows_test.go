@@ -17,13 +17,9 @@ type flowCase struct {
 	want string
 }
 
-// packetFlowCases starts a proxier with Services covering every Service feature and
-// returns it with the flows its rules must produce.
-func packetFlowCases(t *testing.T) (*testEnv, []flowCase) {
-	e := newTestEnv(t, v1.IPv4Protocol, func(o *Options) {
-		o.LocalDetectorArgs = []string{"!", "-s", "10.244.0.0/16"}
-	})
-	e.start(
+// packetFlowObjects are Services covering every Service feature.
+func packetFlowObjects() []any {
+	return []any{
 		// Plain ClusterIP, two endpoints on two nodes.
 		makeService("ns", "web", clusterIP("10.96.0.10"), port("http", v1.ProtocolTCP, 80, 0)),
 		makeSlice("ns", "web", "web-1", tcp("http", 8080), endpoint("10.244.1.5"), endpoint("10.244.2.7")),
@@ -42,7 +38,16 @@ func packetFlowCases(t *testing.T) (*testEnv, []flowCase) {
 		// UDP DNS-like service.
 		makeService("ns", "dns", clusterIP("10.96.0.53"), port("dns", v1.ProtocolUDP, 53, 0)),
 		makeSlice("ns", "dns", "dns-1", udp("dns", 5353), endpoint("10.244.1.53")),
-	)
+	}
+}
+
+// packetFlowCases starts a proxier with Services covering every Service feature and
+// returns it with the flows its rules must produce.
+func packetFlowCases(t *testing.T) (*testEnv, []flowCase) {
+	e := newTestEnv(t, v1.IPv4Protocol, func(o *Options) {
+		o.LocalDetectorArgs = []string{"!", "-s", "10.244.0.0/16"}
+	})
+	e.start(packetFlowObjects()...)
 	return e, []flowCase{
 		{"pod to cluster IP", packet{src: "10.244.1.99", dst: "10.96.0.10", port: 80, proto: "tcp", fromBridge: true}, "10.244.1.5:8080,10.244.2.7:8080"},
 		{"off-cluster source to cluster IP is masqueraded", packet{src: "198.18.0.1", dst: "10.96.0.10", port: 80, proto: "tcp"}, "10.244.1.5:8080,10.244.2.7:8080 masq"},

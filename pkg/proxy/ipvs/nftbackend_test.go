@@ -515,3 +515,23 @@ func TestCleanupRemovesBothBackends(t *testing.T) {
 		t.Fatalf("second Cleanup: %v", err)
 	}
 }
+
+// TestNFTBackendFlows: every flow of TestPacketFlows, traced through the table the
+// nftables backend wrote (not a programme loaded beside the proxier), ends where
+// the iptables backend's rules send it.
+func TestNFTBackendFlows(t *testing.T) {
+	_, cases := packetFlowCases(t)
+	rs := nft.NewFakeRuleset(nftTable)
+	e := newNFTEnv(t, v1.IPv4Protocol, rs, func(o *Options) {
+		o.LocalDetectorArgs = []string{"!", "-s", "10.244.0.0/16"}
+	})
+	e.start(packetFlowObjects()...)
+	nt := &nftTracer{tracer: e.tracer(), st: rs.State()}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := nt.trace(tc.pkt).String(); got != tc.want {
+				t.Errorf("trace(%+v) = %q, want %q", tc.pkt, got, tc.want)
+			}
+		})
+	}
+}
