@@ -45,7 +45,11 @@ func runCleanup(ctx context.Context, s *ProxyServer) error {
 		logger.Info("nft is not installed; tables of upstream's nftables mode, if any, are left in place")
 	}
 	// The nftables rules backend's table is written over netlink, and removed so.
-	if rs, err := nftables.NewNetlink(ipvsproxy.NFTRulesTable(), exec); err == nil {
+	rs, err := nftables.NewNetlink(ipvsproxy.NFTRulesTable(), exec)
+	if err == nil {
+		_, _, err = rs.List(ctx) // a kernel without nftables has no table to remove
+	}
+	if err == nil {
 		k.NFTRules = rs
 	} else {
 		logger.Info("Cannot reach nftables; a table of the nftables rules backend, if any, is left in place", "err", err)

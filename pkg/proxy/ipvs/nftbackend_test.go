@@ -383,7 +383,11 @@ func TestNFTBackendFamiliesShareTheTable(t *testing.T) {
 	v4.mustSync()
 	diff(t, "IPv6 objects after an IPv4 full sync", want6, family6())
 	v6.clock.Step(31 * time.Second)
-	v6.mustSync()
+	// The elements read back are the entries written, IPv6 text included:
+	// nothing to rewrite.
+	if st := v6.mustSync(); !st.Full || st.NFTablesOps != 0 {
+		t.Errorf("the IPv6 full sync: %+v, want a full sync that writes no element", st)
+	}
 	want4 = family4()
 	diff(t, "IPv6 objects after their own full sync", want6, family6())
 
@@ -533,5 +537,53 @@ func TestNFTBackendFlows(t *testing.T) {
 				t.Errorf("trace(%+v) = %q, want %q", tc.pkt, got, tc.want)
 			}
 		})
+	}
+}
+
+// TestNFTEntryIsTheInverseOfNFTElement: every element that stands for one ipset
+// entry reads back as that entry; source ranges and elements no entry makes do not.
+func TestNFTEntryIsTheInverseOfNFTElement(t *testing.T) {
+	n := 0
+	for _, byBase := range nftSampleEntries {
+		for base, entries := range byBase {
+			info, _ := nftSetFor(base)
+			for _, entry := range entries {
+				set, fields, err := nftElement(base, entry)
+				if err != nil || set != info.name {
+					t.Fatalf("%s %q: %s %v", base, entry, set, err)
+				}
+				got, ok := nftEntry(info, fields)
+				if isSourceRangeSet(base) {
+					if ok {
+						t.Errorf("source range %q read back as entry %v", entry, got)
+					}
+					continue
+				}
+				if !ok || got != (setEntry{base, entry}) {
+					t.Errorf("%s %q read back as %v, %v", base, entry, got, ok)
+				}
+				n++
+			}
+		}
+	}
+	if n < 15 {
+		t.Errorf("only %d entries checked", n)
+	}
+	for _, c := range []struct {
+		set    string
+		fields []string
+	}{
+		{"node-port", []string{"sctp", "30080"}},
+		{"health-check-node-port", []string{"udp", "31000"}},
+		{"cluster-ip", []string{"10.96.0.1", "tcp"}},
+		{"ipvs-ips", []string{"10.96.0.1", "tcp", "80"}},
+	} {
+		for _, info := range nftSetTable {
+			if info.name == c.set {
+				if e, ok := nftEntry(info, c.fields); ok {
+					t.Errorf("%s %q read back as entry %v", c.set, c.fields, e)
+				}
+			}
+		}
 	}
 }
