@@ -25,6 +25,12 @@ func TestIntegrationNFTBackend(t *testing.T) {
 			t.Fatal(err)
 		}
 		rulesets := []nft.Ruleset{real, nft.NewFakeRuleset(nftTable)}
+		// Someone else's writes go through a socket of their own, as nft's would.
+		other, err := nft.NewNetlink(nftTable, utilexec.New())
+		if err != nil {
+			t.Fatal(err)
+		}
+		tamperers := []nft.Ruleset{other, rulesets[1]}
 		type envs struct{ v4, v6 *testEnv }
 		var all []envs
 		for _, rs := range rulesets {
@@ -57,7 +63,7 @@ func TestIntegrationNFTBackend(t *testing.T) {
 		want := same("a new Service")
 
 		ctx := context.Background()
-		for _, rs := range rulesets {
+		for _, rs := range tamperers {
 			for _, build := range []func(tx *nft.Transaction){
 				func(tx *nft.Transaction) { tx.DeleteElements("ip-cluster-ip", []string{"10.96.0.10", "tcp", "80"}) },
 				func(tx *nft.Transaction) { tx.AddElements("ip6-cluster-ip", []string{"fd00:96::99", "udp", "53"}) },
@@ -82,6 +88,33 @@ func TestIntegrationNFTBackend(t *testing.T) {
 		}
 		if got := same("repaired"); got != want {
 			t.Errorf("not repaired (-want +got):\n%s", cmp.Diff(want, got))
+		}
+
+		// A set made again with another type: every IPv4 object is replaced in
+		// one transaction, and the elements written again.
+		for _, rs := range tamperers {
+			for _, build := range []func(tx *nft.Transaction){
+				func(tx *nft.Transaction) { tx.FlushChain("ip-node-port") },
+				func(tx *nft.Transaction) { tx.DeleteSet("ip-node-port-local") },
+				func(tx *nft.Transaction) {
+					tx.AddSet(nft.Set{Name: "ip-node-port-local", Key: []nft.KeyType{nft.KeyInetService}})
+					tx.AddElements("ip-node-port-local", []string{"30053"})
+				},
+			} {
+				tx := nft.NewTransaction()
+				build(tx)
+				if err := rs.Run(ctx, tx); err != nil {
+					t.Fatalf("tampering: %v", err)
+				}
+			}
+		}
+		same("a set of another type")
+		for _, e := range all {
+			e.v4.clock.Step(31 * time.Second)
+			e.v4.mustSync()
+		}
+		if got := same("replaced"); got != want {
+			t.Errorf("not replaced (-want +got):\n%s", cmp.Diff(want, got))
 		}
 
 		for _, e := range all {

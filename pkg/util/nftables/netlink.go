@@ -347,6 +347,9 @@ func (r *netlinkRuleset) ListElements(ctx context.Context, set string) ([][]stri
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	// The definition is read again: someone may have made the set anew with
+	// another type, and its elements must be decoded as the kernel holds them.
+	delete(r.sets, set)
 	s, err := r.setDef(set, nil)
 	if err != nil {
 		return nil, err
