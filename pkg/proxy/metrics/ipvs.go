@@ -103,7 +103,7 @@ var (
 	// HeldBackObjects counts the kernel objects the proxier is not programming: values
 	// refused before they reach the kernel (reason invalid_value) and writes the kernel
 	// refused, retried with backoff (ipvs_error, ipset_error, address_error,
-	// iptables_error). Syncs keep completing meanwhile; the objects are listed on the
+	// iptables_error, nftables_error). Syncs keep completing meanwhile; the objects are listed on the
 	// metrics server's /debug/kube-proxy-ipvs/held-back.
 	HeldBackObjects = metrics.NewGaugeVec(
 		&metrics.GaugeOpts{
