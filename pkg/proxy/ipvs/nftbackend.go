@@ -299,44 +299,9 @@ func (b *nftBackend) applySets(ctx context.Context, pl *syncPlan, stats *SyncSta
 		entryOf[ch.String()] = c.entry
 	}
 
-	// Source ranges, port by port; a full sync also rewrites every port the kernel
-	// or the index knows and deletes elements no entry stands for.
-	var wantSrc map[srcPort][]setEntry
-	if pl.full || len(ports) > 0 {
-		wantSrc = p.desiredSourceRanges()
-	}
-	if pl.full {
-		for k := range wantSrc {
-			ports[k] = true
-		}
-		for _, fields := range a.nftOther[srcSet] {
-			if k, ok := srcPortOfElement(fields); ok {
-				ports[k] = true
-			}
-		}
-	}
-	have, want := nftElements{}, nftElements{}
-	for set, elems := range a.nftOther {
-		for _, fields := range elems {
-			k, ok := srcPortOfElement(fields)
-			if set == srcSet && ok && ports[k] || pl.full {
-				have.add(set, fields)
-			}
-		}
-	}
-	badPorts := map[srcPort]error{}
-	for k := range ports {
-		w, errs := nftDesiredElements(b.fam, wantSrc[k])
-		if len(errs) > 0 {
-			badPorts[k] = errs[0]
-		}
-		for set, elems := range w {
-			for _, fields := range elems {
-				want.add(set, fields)
-			}
-		}
-	}
-	changes = append(changes, nftElementChanges(have, want)...)
+	// Source ranges, port by port.
+	rangeChanges, badPorts := b.sourceRangeChanges(pl.full, ports)
+	changes = append(changes, rangeChanges...)
 	// Deletions first, so a range that is replaced never overlaps its successor.
 	slices.SortStableFunc(changes, func(x, y nftChange) int {
 		switch {
@@ -406,6 +371,53 @@ func (b *nftBackend) applySets(ctx context.Context, pl *syncPlan, stats *SyncSta
 		}
 	}
 	return nil
+}
+
+// sourceRangeChanges lists the element changes that give the source ranges of
+// ports (of every port the kernel or the index knows, on a full sync) what the
+// index wants; a full sync also deletes every element no entry stands for.
+// badPorts are the ports with an entry that makes no element. On a full sync the
+// ports it rewrites are added to ports.
+func (b *nftBackend) sourceRangeChanges(full bool, ports map[srcPort]bool) ([]nftChange, map[srcPort]error) {
+	p := b.p
+	a := p.applied
+	srcSet := b.fam.name("load-balancer-source")
+	var wantSrc map[srcPort][]setEntry
+	if full || len(ports) > 0 {
+		wantSrc = p.desiredSourceRanges()
+	}
+	if full {
+		for k := range wantSrc {
+			ports[k] = true
+		}
+		for _, fields := range a.nftOther[srcSet] {
+			if k, ok := srcPortOfElement(fields); ok {
+				ports[k] = true
+			}
+		}
+	}
+	have, want := nftElements{}, nftElements{}
+	for set, elems := range a.nftOther {
+		for _, fields := range elems {
+			k, ok := srcPortOfElement(fields)
+			if set == srcSet && ok && ports[k] || full {
+				have.add(set, fields)
+			}
+		}
+	}
+	badPorts := map[srcPort]error{}
+	for k := range ports {
+		w, errs := nftDesiredElements(b.fam, wantSrc[k])
+		if len(errs) > 0 {
+			badPorts[k] = errs[0]
+		}
+		for set, elems := range w {
+			for _, fields := range elems {
+				want.add(set, fields)
+			}
+		}
+	}
+	return nftElementChanges(have, want), badPorts
 }
 
 // desiredSourceRanges groups the source range entries the index wants by port.
