@@ -57,6 +57,8 @@ func (p *Proxier) execute(ctx context.Context, pl *syncPlan, outRules []string, 
 		return out, err
 	}
 
+	stats.phase(p.clock.Now(), "sets")
+
 	// 2. bind new service addresses.
 	for _, addr := range pl.binds {
 		stats.AddressOps++
@@ -70,16 +72,20 @@ func (p *Proxier) execute(ctx context.Context, pl *syncPlan, outRules []string, 
 		a.addrs.Insert(addr)
 	}
 
+	stats.phase(p.clock.Now(), "binds")
+
 	// 3. the rules (iptables chains or the nftables out-filter chain).
 	if pl.iptables != nil {
 		if err := p.rules.writeRules(ctx, pl.iptables, outRules, stats, out); err != nil {
 			return out, err
 		}
 	}
+	stats.phase(p.clock.Now(), "rules")
 	if pl.full {
 		if err := p.rules.ensureJumps(ctx, stats); err != nil {
 			return out, err
 		}
+		stats.phase(p.clock.Now(), "jumps")
 	}
 
 	// 4. IPVS, one virtual server at a time. A Service whose set members or addresses
@@ -111,6 +117,8 @@ func (p *Proxier) execute(ctx context.Context, pl *syncPlan, outRules []string, 
 		p.executeVirtualServer(ctx, vp, stats, ct, out)
 	}
 	loud()
+
+	stats.phase(p.clock.Now(), "ipvs")
 
 	// 5. unbind addresses no Service wants any more.
 	for _, addr := range pl.unbinds {

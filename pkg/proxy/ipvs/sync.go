@@ -181,7 +181,7 @@ func (p *Proxier) sync(ctx context.Context, full bool, snap *appliedState, start
 	if err != nil {
 		return stats, err
 	}
-	stats.phase(p.clock.Now(), "execute")
+	stats.phase(p.clock.Now(), "unbinds")
 	stats.Failed = len(out.failures)
 	p.retryWait = p.recordOutcome(now, t, out)
 	p.reportFailures(out)

@@ -714,14 +714,14 @@ func TestSyncPhases(t *testing.T) {
 	// until removed once, at start).
 	e.p.needFull = true
 	full := e.mustSync()
-	if got, want := names(full), "build observe ensureSets plan execute health+conntrack"; got != want {
+	if got, want := names(full), "build observe ensureSets plan sets binds rules jumps ipvs unbinds health+conntrack"; got != want {
 		t.Errorf("full sync phases %q, want %q", got, want)
 	}
 	if !strings.Contains(full.phaseList(), " observe=") {
 		t.Errorf("phase list %q has no observe part", full.phaseList())
 	}
 	e.add(makeService("ns", "late", clusterIP("10.96.9.9"), port("p", v1.ProtocolTCP, 80, 0)))
-	if got, want := names(e.mustSync()), "build plan execute health+conntrack"; got != want {
+	if got, want := names(e.mustSync()), "build plan sets binds rules ipvs unbinds health+conntrack"; got != want {
 		t.Errorf("partial sync phases %q, want %q", got, want)
 	}
 }
