@@ -470,6 +470,8 @@ func (p *Proxier) noteConntrack(vs *ipvs.VirtualServer, ct *[]conntrackTarget) {
 // and holds back every change queued behind the sync.
 func (p *Proxier) ensureJumpRules(ctx context.Context, stats *SyncStats) error {
 	saved := map[iptables.Table]string{}
+	missing := map[iptables.Table][]string{}
+	var tables []iptables.Table
 	for _, j := range jumpRules {
 		text, ok := saved[j.table]
 		if !ok {
@@ -480,14 +482,34 @@ func (p *Proxier) ensureJumpRules(ctx context.Context, stats *SyncStats) error {
 			}
 			saved[j.table] = text // "" after a failed read: every jump is ensured
 		}
-		if strings.Contains(text, "\n"+jumpRuleLine(j.from, j.comment, j.to)+"\n") {
+		line := jumpRuleLine(j.from, j.comment, j.to)
+		if strings.Contains(text, "\n"+line+"\n") {
 			continue
 		}
-		stats.count(opIPTablesEnsureRule)
-		if _, err := p.kernel.IPTables.EnsureRule(ctx, iptables.Prepend, j.table, j.from,
-			"-m", "comment", "--comment", j.comment, "-j", string(j.to)); err != nil {
-			return fmt.Errorf("ensuring jump from %s/%s to %s: %w", j.table, j.from, j.to, err)
+		if missing[j.table] == nil {
+			tables = append(tables, j.table)
 		}
+		// -I: each goes first, so the jumps end in the order upstream's one
+		// `iptables -I` per jump leaves them.
+		missing[j.table] = append(missing[j.table], "-I"+line[2:])
+	}
+	if len(tables) == 0 {
+		return nil
+	}
+	// Every missing jump in one iptables-restore (no chain declared, so nothing is
+	// flushed), instead of an `iptables -C` and an `iptables -I` per jump: at a
+	// first start that was 18 processes, 8 s of an empty family's first sync under TCG.
+	var b bytes.Buffer
+	for _, t := range tables {
+		b.WriteString("*" + string(t) + "\n")
+		for _, l := range missing[t] {
+			b.WriteString(l + "\n")
+		}
+		b.WriteString("COMMIT\n")
+	}
+	stats.count(opIPTablesRestore)
+	if err := p.kernel.IPTables.RestoreAll(ctx, b.Bytes(), iptables.NoFlushTables, iptables.NoRestoreCount); err != nil {
+		return fmt.Errorf("ensuring the jumps into our chains: %w", err)
 	}
 	return nil
 }

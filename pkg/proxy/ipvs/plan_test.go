@@ -203,22 +203,44 @@ func metricValue(t *testing.T, m any) float64 {
 	return d.Counter.GetValue()
 }
 
-// TestJumpRulesReadOnce: a full sync reads the two tables once and runs
-// `iptables -C/-I` only for a jump that is missing.
+// TestJumpRulesReadOnce: a full sync reads the two tables once and writes only a
+// missing jump, in one iptables-restore (never one `iptables -C/-I` pair per
+// jump); the jumps a first start writes all at once end in the order one
+// `iptables -I` per jump left them.
 func TestJumpRulesReadOnce(t *testing.T) {
 	e := newTestEnv(t, v1.IPv4Protocol)
 	e.start(makeService("ns", "a", clusterIP("10.96.0.1"), port("p", v1.ProtocolTCP, 80, 0)))
+	var jumps []string
+	for _, l := range strings.Split(e.iptablesSave(), "\n") {
+		if strings.HasPrefix(l, "-A ") && !strings.HasPrefix(l, "-A KUBE-") {
+			jumps = append(jumps, l)
+		}
+	}
+	want := []string{
+		`-A PREROUTING -m comment --comment "kubernetes service portals" -j KUBE-SERVICES`,
+		`-A OUTPUT -m comment --comment "kubernetes service portals" -j KUBE-SERVICES`,
+		`-A POSTROUTING -m comment --comment "kubernetes postrouting rules" -j KUBE-POSTROUTING`,
+		`-A INPUT -m comment --comment "kubernetes ipvs access filter" -j KUBE-IPVS-FILTER`,
+		`-A INPUT -m comment --comment "kube-proxy firewall rules" -j KUBE-PROXY-FIREWALL`,
+		`-A INPUT -m comment --comment "kubernetes health check rules" -j KUBE-NODE-PORT`,
+		`-A FORWARD -m comment --comment "kube-proxy firewall rules" -j KUBE-PROXY-FIREWALL`,
+		`-A FORWARD -m comment --comment "kubernetes forwarding rules" -j KUBE-FORWARD`,
+		`-A OUTPUT -m comment --comment "kubernetes ipvs access filter" -j KUBE-IPVS-OUT-FILTER`,
+	}
+	if diff := cmp.Diff(want, jumps); diff != "" {
+		t.Errorf("jumps after the first start (-want +got):\n%s", diff)
+	}
 	e.clock.Step(31 * time.Second)
 	st := e.mustSync()
-	if !st.Full || st.ops[opIPTablesEnsureRule] != 0 || st.ops[opIPTablesSave] != 2 {
-		t.Fatalf("full sync with every jump in place: ensure %d, save %d; want 0 and 2", st.ops[opIPTablesEnsureRule], st.ops[opIPTablesSave])
+	if !st.Full || st.ops[opIPTablesRestore] != 1 || st.ops[opIPTablesSave] != 2 {
+		t.Fatalf("full sync with every jump in place: restores %d (the rules), saves %d; want 1 and 2", st.ops[opIPTablesRestore], st.ops[opIPTablesSave])
 	}
 	if err := e.ipt.DeleteRule(context.Background(), "nat", "OUTPUT", "-m", "comment", "--comment", "kubernetes service portals", "-j", "KUBE-SERVICES"); err != nil {
 		t.Fatal(err)
 	}
 	e.clock.Step(31 * time.Second)
 	st = e.mustSync()
-	if st.ops[opIPTablesEnsureRule] != 1 || !strings.Contains(e.iptablesSave(), "-A OUTPUT -m comment --comment \"kubernetes service portals\" -j KUBE-SERVICES") {
-		t.Errorf("a deleted jump: %d ensure calls, want 1, and the jump back", st.ops[opIPTablesEnsureRule])
+	if st.ops[opIPTablesRestore] != 2 || st.ops[opIPTablesEnsureRule] != 0 || !strings.Contains(e.iptablesSave(), "-A OUTPUT -m comment --comment \"kubernetes service portals\" -j KUBE-SERVICES") {
+		t.Errorf("a deleted jump: %d restores (want the rules' and the jump's), %d ensure calls (want 0), and the jump back", st.ops[opIPTablesRestore], st.ops[opIPTablesEnsureRule])
 	}
 }
