@@ -56,11 +56,12 @@ fi
 # Side by side (issue 15): upstream kube-proxy v1.37.2 in ipvs mode and ours on the
 # same objects in the same VM, syncPeriod 30s (upstream's default), 20 changes.
 # BENCH_VM_SERVICES (default 1000) sets the size; BENCH_VM_10K=1 adds a run at
-# 10,000 Services (KPI_VM_MEM 4096; ~1 h under TCG).
-vmrun() { # log services mem
+# 10,000 Services x 10 endpoints (KPI_VM_MEM 4096; BENCH_VM_10K_PROXIES, default
+# ours,upstream: upstream alone takes hours there under TCG).
+vmrun() { # log services mem endpoints proxies
   mkdir -p "$out/logs-$2"
-  echo ">>> VM comparison at $2 Services -> $out/$1" >&2
-  KPI_SCALE_LOG_DIR=$out/logs-$2 KPI_VM_MEM=$3 KPI_SCALE_SERVICES=$2 KPI_SCALE_PROXIES=ours,upstream KPI_SCALE_CHANGES=20 KPI_SCALE_SYNC_PERIOD=30s \
+  echo ">>> VM comparison at $2 Services x $4 endpoints ($5) -> $out/$1" >&2
+  KPI_SCALE_LOG_DIR=$out/logs-$2 KPI_VM_MEM=$3 KPI_SCALE_SERVICES=$2 KPI_SCALE_ENDPOINTS=$4 KPI_SCALE_PROXIES=$5 KPI_SCALE_CHANGES=20 KPI_SCALE_SYNC_PERIOD=30s \
     CGO_ENABLED=0 $GO test -tags e2e,e2escale -count=1 -v -timeout 180m -run '^TestScaleVM$' ./test/e2e/ 2>&1 | tee "$out/$1"
 }
 vmcmd="KPI_VM_MEM=2048 KPI_SCALE_SERVICES=N KPI_SCALE_PROXIES=ours,upstream KPI_SCALE_CHANGES=20 KPI_SCALE_SYNC_PERIOD=30s go test -tags e2e,e2escale -count=1 -v -timeout 180m -run '^TestScaleVM\$' ./test/e2e/"
@@ -69,10 +70,10 @@ accel=$(test/e2e/lib/prepare.sh)
 test/e2e/lib/build-tools.sh >/dev/null # upstream kube-proxy
 rm -f "$out/vm.txt" "$out"/vm-*.log
 n=${BENCH_VM_SERVICES:-1000}
-vmrun "vm-$n.log" "$n" "${KPI_VM_MEM:-2048}"
+vmrun "vm-$n.log" "$n" "${KPI_VM_MEM:-2048}" 4 ours,upstream
 logs=("$out/vm-$n.log")
 if [[ ${BENCH_VM_10K:-0} == 1 ]]; then
-  vmrun vm-10000.log 10000 "${KPI_VM_MEM_10K:-4096}"
+  vmrun vm-10000.log 10000 "${KPI_VM_MEM_10K:-4096}" 10 "${BENCH_VM_10K_PROXIES:-ours,upstream}"
   logs+=("$out/vm-10000.log")
 fi
 # The kernel layer: IPVS read in bulk (GetAll) against one destination dump per

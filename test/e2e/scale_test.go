@@ -43,10 +43,12 @@ import (
 	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/test/e2e/framework"
 )
 
+// scaleEndpoints is the endpoints per Service (KPI_SCALE_ENDPOINTS, 1-20).
+var scaleEndpoints = 4
+
 const (
-	scaleNS        = "e2e-scale-vm"
-	scaleEndpoints = 4
-	scaleWorkers   = 8
+	scaleNS      = "e2e-scale-vm"
+	scaleWorkers = 8
 	// Start-up: kube-proxy start until every Service is in IPVS, the ipsets and
 	// iptables. Upstream took 133 s for KUBE-CLUSTER-IP at 1k under TCG.
 	scaleProgramTimeout = 15 * time.Minute       // KPI_SCALE_PROGRAM_TIMEOUT replaces it
@@ -57,9 +59,9 @@ const (
 	// every sync is one, 8-20 s at 1k), hence 120 s.
 	scaleChangeTimeout = 120 * time.Second
 	scaleChangePoll    = 5 * time.Millisecond // between two in-VM reads of one virtual server
-	// Endpoint k of the run (Service i, endpoint j: k = 4i+j) is
-	// 10.244.(64+k/250).(1+k%250): 10.244.64.1 up to 10.244.143.250 at 20k,
-	// a range no other scenario uses; changes use 10.244.200-201.x.
+	// Endpoint k of the run (Service i, endpoint j: k = i*endpoints+j) is
+	// 10.244.(64+k/250).(1+k%250) up to 10.244.199.250, then in 10.160.0.0/11
+	// (scaleEndpointIP): ranges no other scenario uses; changes use 10.244.200-201.x.
 	scaleWaiter = "/kpi/bin/e2e-ipvswait"
 )
 
@@ -81,7 +83,12 @@ func vmKubeProxyNames() ([]string, error) {
 
 func scaleEndpointIP(i, j int) string {
 	k := i*scaleEndpoints + j
-	return fmt.Sprintf("10.244.%d.%d", 64+k/250, 1+k%250)
+	if k < 250*136 { // up to 10.244.199.250: the addresses of every earlier run
+		return fmt.Sprintf("10.244.%d.%d", 64+k/250, 1+k%250)
+	}
+	// Beyond (10k x 10 is 100,000): 10.160.0.0/11, which no other scenario uses.
+	k -= 250 * 136
+	return fmt.Sprintf("10.%d.%d.%d", 160+k/(250*256), (k/250)%256, 1+k%250)
 }
 
 // scaleChangeIP is the address change n of run r puts in place of an endpoint.
@@ -307,6 +314,13 @@ func TestScaleVM(t *testing.T) {
 			t.Fatalf("KPI_SCALE_SERVICES=%q: want a number from 10 to 20000", v)
 		}
 		nsvc = n
+	}
+	if v := os.Getenv("KPI_SCALE_ENDPOINTS"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > 20 {
+			t.Fatalf("KPI_SCALE_ENDPOINTS=%q: want a number from 1 to 20", v)
+		}
+		scaleEndpoints = n
 	}
 	nchanges := 10
 	if v := os.Getenv("KPI_SCALE_CHANGES"); v != "" {
