@@ -17,6 +17,7 @@
 #   BENCH_VM_SERVICES=N      Services of the VM comparison (default 1000)
 #   BENCH_VM_10K=1           also compare at 10,000 Services (VM of 4 GiB)
 #   BENCH_FAKE=0             leave the fake-kernel benchmarks out (only the VM run)
+#   BENCH_VM_NFT=0           leave out the run of ours with --ipvs-rules-backend=nftables
 set -euo pipefail
 cd "$(dirname "$0")/.."
 GO=${GO:-go}
@@ -58,10 +59,10 @@ fi
 # BENCH_VM_SERVICES (default 1000) sets the size; BENCH_VM_10K=1 adds a run at
 # 10,000 Services x 10 endpoints (KPI_VM_MEM 4096; BENCH_VM_10K_PROXIES, default
 # ours,upstream: upstream alone takes hours there under TCG).
-vmrun() { # log services mem endpoints proxies
-  mkdir -p "$out/logs-$2"
-  echo ">>> VM comparison at $2 Services x $4 endpoints ($5) -> $out/$1" >&2
-  KPI_SCALE_LOG_DIR=$out/logs-$2 KPI_VM_MEM=$3 KPI_SCALE_SERVICES=$2 KPI_SCALE_ENDPOINTS=$4 KPI_SCALE_PROXIES=$5 KPI_SCALE_CHANGES=20 KPI_SCALE_SYNC_PERIOD=30s \
+vmrun() { # log services mem endpoints proxies [rules-backend]
+  mkdir -p "$out/logs-$2${6:+-$6}"
+  echo ">>> VM comparison at $2 Services x $4 endpoints ($5${6:+, ours with the $6 rules backend}) -> $out/$1" >&2
+  KPI_SCALE_LOG_DIR=$out/logs-$2${6:+-$6} KPI_SCALE_RULES_BACKEND=${6:-} KPI_VM_MEM=$3 KPI_SCALE_SERVICES=$2 KPI_SCALE_ENDPOINTS=$4 KPI_SCALE_PROXIES=$5 KPI_SCALE_CHANGES=20 KPI_SCALE_SYNC_PERIOD=30s \
     CGO_ENABLED=0 $GO test -tags e2e,e2escale -count=1 -v -timeout 180m -run '^TestScaleVM$' ./test/e2e/ 2>&1 | tee "$out/$1"
 }
 vmcmd="KPI_VM_MEM=2048 KPI_SCALE_SERVICES=N KPI_SCALE_PROXIES=ours,upstream KPI_SCALE_CHANGES=20 KPI_SCALE_SYNC_PERIOD=30s go test -tags e2e,e2escale -count=1 -v -timeout 180m -run '^TestScaleVM\$' ./test/e2e/"
@@ -72,6 +73,11 @@ rm -f "$out/vm.txt" "$out"/vm-*.log
 n=${BENCH_VM_SERVICES:-1000}
 vmrun "vm-$n.log" "$n" "${KPI_VM_MEM:-2048}" 4 ours,upstream
 logs=("$out/vm-$n.log")
+# Ours with the nftables rules backend (issue 16) on the same workload.
+if [[ ${BENCH_VM_NFT:-1} == 1 ]]; then
+  vmrun "vm-$n-nftables.log" "$n" "${KPI_VM_MEM:-2048}" 4 ours nftables
+  logs+=("$out/vm-$n-nftables.log")
+fi
 if [[ ${BENCH_VM_10K:-0} == 1 ]]; then
   vmrun vm-10000.log 10000 "${KPI_VM_MEM_10K:-4096}" 10 "${BENCH_VM_10K_PROXIES:-ours,upstream}"
   logs+=("$out/vm-10000.log")

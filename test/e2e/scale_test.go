@@ -18,7 +18,10 @@
 // KPI_SCALE_CHANGE_P99 (default none) the bound on its p99, and
 // KPI_SCALE_SYNC_PERIOD (e.g. 30s) replaces the ipvs.syncPeriod of
 // framework.KubeProxyConfig (10s), KPI_SCALE_PROGRAM_TIMEOUT (default 15m) the
-// start-up bound, KPI_SCALE_LOG_DIR keeps each daemon's log there. KPI_VM_MEM
+// start-up bound, KPI_SCALE_LOG_DIR keeps each daemon's log there,
+// KPI_SCALE_ENDPOINTS (default 4) the endpoints per Service, and
+// KPI_SCALE_RULES_BACKEND=nftables runs ours with --ipvs-rules-backend=nftables
+// (the start-up then waits for its table's sets, and no iptables rule). KPI_VM_MEM
 // (MiB) sizes the VM (main_test.go).
 package e2e
 
@@ -282,12 +285,19 @@ type scaleFigures struct {
 	rss, hwm  float64         // MiB at the end
 }
 
-// scaleWatchedSets are the ipsets whose completion the start-up waits for,
-// with the members nsvc Services x 4 local endpoints make at least.
-func scaleWatchedSets(nsvc int) []struct {
+// scaleWatchedSets are the sets whose completion the start-up waits for, with
+// the members nsvc Services x endpoints make at least: ipsets, or with the
+// nftables rules backend the same sets of its table.
+func scaleWatchedSets(nsvc int, nft bool) []struct {
 	name string
 	want int
 } {
+	if nft {
+		return []struct {
+			name string
+			want int
+		}{{"nft:ip-cluster-ip", nsvc}, {"nft:ip-loop-back", nsvc * scaleEndpoints}}
+	}
 	return []struct {
 		name string
 		want int
@@ -321,6 +331,10 @@ func TestScaleVM(t *testing.T) {
 			t.Fatalf("KPI_SCALE_ENDPOINTS=%q: want a number from 1 to 20", v)
 		}
 		scaleEndpoints = n
+	}
+	rulesBackend := os.Getenv("KPI_SCALE_RULES_BACKEND") // ours only
+	if rulesBackend != "" && rulesBackend != "iptables" && rulesBackend != "nftables" {
+		t.Fatalf("KPI_SCALE_RULES_BACKEND=%q: want iptables or nftables", rulesBackend)
 	}
 	nchanges := 10
 	if v := os.Getenv("KPI_SCALE_CHANGES"); v != "" {
@@ -439,13 +453,15 @@ func TestScaleVM(t *testing.T) {
 		p := &vmKubeProxy{name: name, bin: "/kpi/bin/kube-proxy", log: "/tmp/scale-kube-proxy-" + name + ".log"}
 		if name == "upstream" {
 			p.bin = upstreamKubeProxyBin
+		} else {
+			p.rulesBackend = rulesBackend
 		}
 		all = append(all, scaleRunProxy(t, ctx, bulk, p, r, svcs, nchanges, config, syncPeriod))
 	}
 	load1, _ := os.ReadFile("/proc/loadavg")
 	scaleResult("load average at the end %s", strings.Join(strings.Fields(string(load1))[:3], " "))
 	if len(all) == 2 {
-		scaleCompare(all[1], all[0], nsvc)
+		scaleCompare(all[1], all[0], nsvc, rulesBackend == "nftables")
 	}
 	for _, f := range all {
 		if f.name != "ours" || len(f.lat) == 0 {
@@ -495,9 +511,14 @@ func scaleRunProxy(t *testing.T, ctx context.Context, client kubernetes.Interfac
 	if err := vm.WriteFile(ctx, "/tmp/scale-want.txt", []byte(want.String()), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	nft := p.rulesBackend == "nftables"
 	var setsArg []string
-	for _, s := range scaleWatchedSets(nsvc) {
+	for _, s := range scaleWatchedSets(nsvc, nft) {
 		setsArg = append(setsArg, fmt.Sprintf("%s=%d", s.name, s.want))
+	}
+	iptText := scaleIPTablesText
+	if nft {
+		iptText = "" // no iptables rule to wait for: the table's sets are the rules' part
 	}
 	programTimeout := scaleProgramTimeout
 	if v := os.Getenv("KPI_SCALE_PROGRAM_TIMEOUT"); v != "" {
@@ -512,7 +533,7 @@ func scaleRunProxy(t *testing.T, ctx context.Context, client kubernetes.Interfac
 	defer cancel()
 	done := scaleVMWait(wctx, startMarker, "-all", "/tmp/scale-want.txt",
 		"-interval", scaleStartPoll.String(), "-timeout", programTimeout.String(),
-		"-sets", strings.Join(setsArg, ","), "-iptables", scaleIPTablesText, "-slow-interval", scaleSlowPoll.String())
+		"-sets", strings.Join(setsArg, ","), "-iptables", iptText, "-slow-interval", scaleSlowPoll.String())
 	markerSeen := scaleWaitMarker(t, ctx, startMarker)
 
 	cleaned := false
@@ -626,11 +647,15 @@ wait:
 		t.Fatalf("%s: %d of %d Services wrong in IPVS, e.g.:\n%s", p.name, len(wrong), nsvc, strings.Join(wrong[:min(5, len(wrong))], "\n"))
 	}
 	var setTimes []string
-	for _, s := range scaleWatchedSets(nsvc) {
+	for _, s := range scaleWatchedSets(nsvc, nft) {
 		setTimes = append(setTimes, fmt.Sprintf("%s (>= %d members) %s", s.name, s.want, scaleSecs(f.startSets[s.name])))
 	}
-	say("start to all programmed: %s (host clock, kube-proxy start to the poller's answer); IPVS all %d virtual servers x %d real servers %s; %s; iptables (nat %q) %s",
-		scaleSecs(f.startAll), nsvc, scaleEndpoints, scaleSecs(f.startIPVS), strings.Join(setTimes, "; "), scaleIPTablesText, scaleSecs(f.startIPT))
+	iptFigure := fmt.Sprintf("iptables (nat %q) %s", scaleIPTablesText, scaleSecs(f.startIPT))
+	if nft {
+		iptFigure = "rules backend nftables (no iptables rule)"
+	}
+	say("start to all programmed: %s (host clock, kube-proxy start to the poller's answer); IPVS all %d virtual servers x %d real servers %s; %s; %s",
+		scaleSecs(f.startAll), nsvc, scaleEndpoints, scaleSecs(f.startIPVS), strings.Join(setTimes, "; "), iptFigure)
 	say("  IPVS progression (since kube-proxy start: Services complete): %s", strings.Join(progress, "; "))
 	say("  daemon's view after start-up: %s", afterStartText)
 
@@ -718,7 +743,7 @@ wait:
 }
 
 // scaleCompare prints the side-by-side table: upstream, ours, upstream/ours.
-func scaleCompare(up, ours *scaleFigures, nsvc int) {
+func scaleCompare(up, ours *scaleFigures, nsvc int, oursNFT bool) {
 	row := func(figure string, u, o time.Duration) {
 		ratio := "-"
 		if o > 0 && u > 0 {
@@ -732,8 +757,13 @@ func scaleCompare(up, ours *scaleFigures, nsvc int) {
 	fmt.Println("SCALE-CMP: | --- | --- | --- | --- |")
 	row("start to all programmed (IPVS, ipsets, iptables)", up.startAll, ours.startAll)
 	row("start to IPVS complete", up.startIPVS, ours.startIPVS)
-	for _, s := range scaleWatchedSets(nsvc) {
-		row("start to "+s.name+" complete", up.startSets[s.name], ours.startSets[s.name])
+	oursSets := scaleWatchedSets(nsvc, oursNFT)
+	for i, s := range scaleWatchedSets(nsvc, false) {
+		name := s.name
+		if oursNFT {
+			name += " / " + oursSets[i].name
+		}
+		row("start to "+name+" complete", up.startSets[s.name], ours.startSets[oursSets[i].name])
 	}
 	row("start to the iptables rules", up.startIPT, ours.startIPT)
 	row(fmt.Sprintf("full resync (mean of %d / %d)", up.fullCount, ours.fullCount), up.fullMean, ours.fullMean)

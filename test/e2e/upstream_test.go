@@ -52,6 +52,8 @@ type vmKubeProxy struct {
 	bin  string // guest path
 	log  string // guest path of its log
 	pid  int
+	// rulesBackend is ours' --ipvs-rules-backend ("" = the default, iptables).
+	rulesBackend string
 }
 
 func (p *vmKubeProxy) start(ctx context.Context, config string) error {
@@ -61,7 +63,11 @@ func (p *vmKubeProxy) start(ctx context.Context, config string) error {
 	if err := vm.WriteFile(ctx, "/kpi/kube-proxy/config.yaml", []byte(config), 0o644); err != nil {
 		return err
 	}
-	pid, err := vm.Start(ctx, p.log, p.bin, "--config=/kpi/kube-proxy/config.yaml", "--kubeconfig=/kpi/kube-proxy/kubeconfig", "--v=2")
+	argv := []string{p.bin, "--config=/kpi/kube-proxy/config.yaml", "--kubeconfig=/kpi/kube-proxy/kubeconfig", "--v=2"}
+	if p.rulesBackend != "" {
+		argv = append(argv, "--ipvs-rules-backend="+p.rulesBackend)
+	}
+	pid, err := vm.Start(ctx, p.log, argv...)
 	if err != nil {
 		return fmt.Errorf("starting %s kube-proxy in the VM: %w", p.name, err)
 	}

@@ -9,7 +9,9 @@
 //	    until every line "TCP/VIP:PORT RS RS..." of FILE holds exactly those real
 //	    servers (weight > 0); prints "progress MS COMPLETE" whenever the count
 //	    changes and "ipvs MS" when all are. With -sets, also until each ipset
-//	    holds at least N members ("set NAME MS" when it does); with -iptables,
+//	    holds at least N members ("set NAME MS" when it does; a NAME
+//	    "nft:SET" is a set of the inet kube-proxy-ipvs table, read over
+//	    netlink); with -iptables,
 //	    until `iptables-save -t nat` or `iptables-legacy-save -t nat` contains
 //	    TEXT ("iptables MS BACKEND"). Those two are
 //	    read by running ipset / iptables-save every -slow-interval (a process
@@ -35,6 +37,7 @@ import (
 	"time"
 
 	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/ipvs"
+	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/nftables"
 )
 
 func main() {
@@ -257,7 +260,7 @@ func (w *slowWaits) pending() string {
 	var out []string
 	for _, s := range w.sets {
 		if !s.done {
-			out = append(out, fmt.Sprintf("ipset %s below %d members", s.name, s.want))
+			out = append(out, fmt.Sprintf("set %s below %d members", s.name, s.want))
 		}
 	}
 	if !w.iptDone {
@@ -269,8 +272,26 @@ func (w *slowWaits) pending() string {
 	return strings.Join(out, ", ")
 }
 
-// setMembers is the "Number of entries" of `ipset list -t NAME`, -1 when unknown.
+// nftRules reads the nftables rules backend's table (opened on first use).
+var nftRules nftables.Ruleset
+
+// setMembers is the "Number of entries" of `ipset list -t NAME`, or the element
+// count of the nftables set "nft:SET"; -1 when unknown.
 func setMembers(name string) int {
+	if set, ok := strings.CutPrefix(name, "nft:"); ok {
+		if nftRules == nil {
+			r, err := nftables.NewNetlink(nftables.Table{Family: nftables.FamilyInet, Name: "kube-proxy-ipvs"}, nil)
+			if err != nil {
+				return -1
+			}
+			nftRules = r
+		}
+		elems, err := nftRules.ListElements(context.Background(), set)
+		if err != nil {
+			return -1
+		}
+		return len(elems)
+	}
 	out, err := exec.Command("ipset", "list", "-t", name).Output()
 	if err != nil {
 		return -1
