@@ -43,6 +43,14 @@ type Client struct {
 	addrMessages int
 	// lastWatch is the latest WatchLocalAddresses subscription (tests).
 	lastWatch *addressWatch
+	// links caches the index of the links addresses are bound to and unbound
+	// from, so that each write is one request instead of a link lookup and the
+	// write (at 10,000 Services: 10,000 round trips fewer, ~9 s under TCG). A
+	// write that finds the index gone (ENODEV: the link was deleted, perhaps made
+	// again) looks the name up again once; link indexes are not reused at once.
+	links map[string]int
+	// linkLookups counts the link lookups the address writes made (tests).
+	linkLookups int
 }
 
 var _ Handle = &Client{}
@@ -169,10 +177,48 @@ func (c *Client) DeleteDummyDevice(ctx context.Context, dev string) error {
 	if err != nil {
 		return fmt.Errorf("deleting dummy link: %w", err)
 	}
+	delete(c.links, dev)
 	if err := h.LinkDel(link); err != nil && !errors.Is(err, unix.ENODEV) {
 		return fmt.Errorf("deleting dummy link %s: %w", dev, err)
 	}
 	return nil
+}
+
+// cachedLink returns dev as a link carrying only its index (all an address write
+// needs), from the cache or from a lookup. Call with c.mu held.
+func (c *Client) cachedLink(h *vnl.Handle, dev string, fresh bool) (vnl.Link, error) {
+	idx, ok := c.links[dev]
+	if !ok || fresh {
+		c.linkLookups++
+		link, err := linkByName(h, dev)
+		if err != nil {
+			delete(c.links, dev)
+			return nil, err
+		}
+		idx = link.Attrs().Index
+		if c.links == nil {
+			c.links = map[string]int{}
+		}
+		c.links[dev] = idx
+	}
+	return &vnl.Dummy{LinkAttrs: vnl.LinkAttrs{Name: dev, Index: idx}}, nil
+}
+
+// addrWrite runs write on dev's cached link, and once more on a fresh lookup when
+// the cached index is gone.
+func (c *Client) addrWrite(h *vnl.Handle, dev string, write func(vnl.Link) error) error {
+	link, err := c.cachedLink(h, dev, false)
+	if err != nil {
+		return err
+	}
+	err = write(link)
+	if errors.Is(err, unix.ENODEV) {
+		if link, err = c.cachedLink(h, dev, true); err != nil {
+			return err
+		}
+		err = write(link)
+	}
+	return err
 }
 
 // EnsureAddressBind adds ip with a host prefix and the default (global) scope, as
@@ -187,17 +233,14 @@ func (c *Client) EnsureAddressBind(ctx context.Context, ip net.IP, dev string) (
 		return false, err
 	}
 	defer unlock()
-	link, err := linkByName(h, dev)
-	if err != nil {
-		return false, fmt.Errorf("binding address %s: %w", ip, err)
+	err = c.addrWrite(h, dev, func(link vnl.Link) error { return h.AddrAdd(link, &vnl.Addr{IPNet: ipNet}) })
+	switch {
+	case err == nil:
+		return false, nil
+	case IsExists(err):
+		return true, nil
 	}
-	if err := h.AddrAdd(link, &vnl.Addr{IPNet: ipNet}); err != nil {
-		if IsExists(err) {
-			return true, nil
-		}
-		return false, fmt.Errorf("binding address %s to %s: %w", ip, dev, err)
-	}
-	return false, nil
+	return false, fmt.Errorf("binding address %s to %s: %w", ip, dev, err)
 }
 
 // UnbindAddress removes ip from dev; an address that is not bound is not an error
@@ -212,11 +255,8 @@ func (c *Client) UnbindAddress(ctx context.Context, ip net.IP, dev string) error
 		return err
 	}
 	defer unlock()
-	link, err := linkByName(h, dev)
-	if err != nil {
-		return fmt.Errorf("unbinding address %s: %w", ip, err)
-	}
-	if err := h.AddrDel(link, &vnl.Addr{IPNet: ipNet}); err != nil && !errors.Is(err, unix.EADDRNOTAVAIL) {
+	err = c.addrWrite(h, dev, func(link vnl.Link) error { return h.AddrDel(link, &vnl.Addr{IPNet: ipNet}) })
+	if err != nil && !errors.Is(err, unix.EADDRNOTAVAIL) {
 		return fmt.Errorf("unbinding address %s from %s: %w", ip, dev, err)
 	}
 	return nil

@@ -2,6 +2,7 @@ package netlink
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"testing"
 
@@ -113,5 +114,64 @@ func TestIntegrationBindRefusalContract(t *testing.T) {
 		}
 		defer c.Close()
 		checkBindRefusalContract(t, c, "dev0")
+	})
+}
+
+// TestIntegrationAddressWritesLookUpTheLinkOnce: binding and unbinding many
+// addresses looks the link up once, not once per address; a link deleted and
+// made again under the same name (a new index) is found again by the next write,
+// and a link that is gone is reported as not found.
+func TestIntegrationAddressWritesLookUpTheLinkOnce(t *testing.T) {
+	netns.Run(t, func(t *testing.T) {
+		ctx := context.Background()
+		setupContractLinks(t, "dev0")
+		c, err := New()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		for i := 1; i <= 20; i++ {
+			if _, err := c.EnsureAddressBind(ctx, net.ParseIP(fmt.Sprintf("10.96.0.%d", i)), "dev0"); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := c.UnbindAddress(ctx, net.ParseIP("10.96.0.1"), "dev0"); err != nil {
+			t.Fatal(err)
+		}
+		if c.linkLookups != 1 {
+			t.Errorf("21 address writes looked the link up %d times, want 1", c.linkLookups)
+		}
+		got, err := c.ListBindAddress(ctx, "dev0")
+		if err != nil || len(got) != 19 {
+			t.Fatalf("dev0 holds %v (%v), want 19 addresses", got, err)
+		}
+
+		// The link made again: a new index.
+		if err := vnl.LinkDel(&vnl.Veth{LinkAttrs: vnl.LinkAttrs{Name: "dev0"}}); err != nil {
+			t.Fatal(err)
+		}
+		if err := vnl.LinkAdd(&vnl.Veth{LinkAttrs: vnl.LinkAttrs{Name: "dev0"}, PeerName: "peer0"}); err != nil {
+			t.Fatal(err)
+		}
+		if existed, err := c.EnsureAddressBind(ctx, net.ParseIP("10.96.0.1"), "dev0"); err != nil || existed {
+			t.Fatalf("binding on the new dev0: existed %v, %v", existed, err)
+		}
+		if got, err := c.ListBindAddress(ctx, "dev0"); err != nil || len(got) != 1 || !got[0].Equal(net.ParseIP("10.96.0.1")) {
+			t.Fatalf("the new dev0 holds %v (%v), want 10.96.0.1", got, err)
+		}
+		if c.linkLookups != 2 {
+			t.Errorf("link lookups %d, want 2 (once more for the new link)", c.linkLookups)
+		}
+
+		// Gone: not found, from either write.
+		if err := vnl.LinkDel(&vnl.Veth{LinkAttrs: vnl.LinkAttrs{Name: "dev0"}}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.EnsureAddressBind(ctx, net.ParseIP("10.96.0.2"), "dev0"); !IsNotFound(err) {
+			t.Errorf("binding on a missing link: %v, want not found", err)
+		}
+		if err := c.UnbindAddress(ctx, net.ParseIP("10.96.0.1"), "dev0"); !IsNotFound(err) {
+			t.Errorf("unbinding on a missing link: %v, want not found", err)
+		}
 	})
 }
