@@ -237,22 +237,7 @@ func deleteObjects(tx *nft.Transaction, chains, setNames []string) {
 // writeProgramme is writeAll without the out-filter chain's rules, which belong
 // to Services and are written by writeRules.
 func (b *nftBackend) writeProgramme(tx *nft.Transaction, prog *nftProgramme) {
-	tx.AddTable()
-	for _, s := range prog.sets {
-		tx.AddSet(s)
-	}
-	for _, c := range prog.chains {
-		tx.AddChain(c)
-	}
-	for _, c := range prog.chains {
-		if c.Name == b.fam.name(nftOutFilterChain) {
-			continue
-		}
-		tx.FlushChain(c.Name)
-		for _, r := range prog.rules[c.Name] {
-			tx.AddRule(c.Name, r)
-		}
-	}
+	prog.writeAll(tx, b.fam.name(nftOutFilterChain))
 }
 
 // grow has nothing to do: nftables sets have no size limit.

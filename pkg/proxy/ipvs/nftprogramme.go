@@ -9,6 +9,7 @@ package ipvs
 import (
 	"fmt"
 	"net/netip"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -367,8 +368,9 @@ func nftOutFilterRule(f nftFamily, body string) (nft.Rule, error) {
 }
 
 // writeAll adds the whole programme to tx: the table, every set and chain, and
-// every chain's rules after flushing it. Set elements are not touched.
-func (p *nftProgramme) writeAll(tx *nft.Transaction) {
+// every chain's rules after flushing it, except the chains named in keep, which are
+// made if missing and otherwise left as they are. Set elements are not touched.
+func (p *nftProgramme) writeAll(tx *nft.Transaction, keep ...string) {
 	tx.AddTable()
 	for _, s := range p.sets {
 		tx.AddSet(s)
@@ -377,6 +379,9 @@ func (p *nftProgramme) writeAll(tx *nft.Transaction) {
 		tx.AddChain(c)
 	}
 	for _, c := range p.chains {
+		if slices.Contains(keep, c.Name) {
+			continue
+		}
 		tx.FlushChain(c.Name)
 		for _, r := range p.rules[c.Name] {
 			tx.AddRule(c.Name, r)
