@@ -144,10 +144,11 @@ func (p *Proxier) sync(ctx context.Context, full bool, snap *appliedState, start
 		for a := range observed.addrs {
 			t.addrs.Insert(a)
 		}
+		stats.phase(p.clock.Now(), "touch")
 		if err := p.rules.prepare(ctx, &stats); err != nil {
 			return stats, err
 		}
-		stats.phase(p.clock.Now(), "ensureSets")
+		stats.phase(p.clock.Now(), "prepare")
 	}
 	if !full {
 		if err := p.rules.grow(ctx, &stats); err != nil {

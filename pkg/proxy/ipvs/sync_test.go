@@ -714,7 +714,7 @@ func TestSyncPhases(t *testing.T) {
 	// until removed once, at start).
 	e.p.needFull = true
 	full := e.mustSync()
-	if got, want := names(full), "build observe ensureSets plan sets binds rules jumps ipvs unbinds health+conntrack"; got != want {
+	if got, want := names(full), "build observe touch prepare plan sets binds rules jumps ipvs unbinds health+conntrack"; got != want {
 		t.Errorf("full sync phases %q, want %q", got, want)
 	}
 	if !strings.Contains(full.phaseList(), " observe=") {
