@@ -417,15 +417,24 @@ func (r *netlinkRuleset) Dump(ctx context.Context) (string, error) {
 	if r.exec == nil {
 		return "", fmt.Errorf("no exec to run nft")
 	}
-	nft := &runner{exec: r.exec}
-	tables, err := nft.run(ctx, "list", "tables", string(r.table.Family))
+	fam, err := gnftFamily(r.table.Family)
 	if err != nil {
 		return "", err
 	}
-	if !hasTable(tables, r.table) {
+	r.mu.Lock()
+	tables, err := r.conn.ListTablesOfFamily(fam)
+	r.mu.Unlock()
+	if err != nil {
+		return "", fmt.Errorf("listing %s tables: %w", r.table.Family, err)
+	}
+	found := false
+	for _, t := range tables {
+		found = found || t.Name == r.table.Name
+	}
+	if !found {
 		return "", nil
 	}
-	out, err := nft.run(ctx, "list", "table", string(r.table.Family), r.table.Name)
+	out, err := runNFT(ctx, r.exec, "list", "table", string(r.table.Family), r.table.Name)
 	if err != nil {
 		return "", err
 	}
