@@ -117,16 +117,17 @@ ipvs:
 // StartKubeProxy starts our kube-proxy in the VM as in production (from the
 // image root filesystem when the VM has one: VM.KubeProxyCommand): --config
 // with a KubeProxyConfiguration (mode ipvs) and --kubeconfig with the
-// system:kube-proxy token pointing at https://10.0.2.100:6443.
-func (n *Node) StartKubeProxy(ctx context.Context, cp *ControlPlane, config string) error {
+// system:kube-proxy token pointing at https://10.0.2.100:6443; flags are
+// more command-line flags (e.g. NFTablesBackend).
+func (n *Node) StartKubeProxy(ctx context.Context, cp *ControlPlane, config string, flags ...string) error {
 	if err := n.VM.WriteFile(ctx, "/kpi/kube-proxy/kubeconfig", cp.ProxyKubeconfig(), 0o600); err != nil {
 		return err
 	}
 	if err := n.VM.WriteFile(ctx, "/kpi/kube-proxy/config.yaml", []byte(config), 0o644); err != nil {
 		return err
 	}
-	pid, err := n.VM.Start(ctx, n.ProxyLogPath, n.VM.KubeProxyCommand(
-		"--config=/kpi/kube-proxy/config.yaml", "--kubeconfig=/kpi/kube-proxy/kubeconfig", "--v=2")...)
+	pid, err := n.VM.Start(ctx, n.ProxyLogPath, n.VM.KubeProxyCommand(append([]string{
+		"--config=/kpi/kube-proxy/config.yaml", "--kubeconfig=/kpi/kube-proxy/kubeconfig", "--v=2"}, flags...)...)...)
 	if err != nil {
 		return fmt.Errorf("starting kube-proxy in the VM: %w", err)
 	}
@@ -174,20 +175,36 @@ func (n *Node) KubeProxyLog(ctx context.Context, lines int) string {
 // KernelState dumps what a reviewer wants to see after a failure.
 func (n *Node) KernelState(ctx context.Context) string {
 	out, _ := n.VM.Sh(ctx, `echo '# ipvsadm -Ln'; ipvsadm -Ln 2>&1; echo '# ip addr show kube-ipvs0'; ip addr show kube-ipvs0 2>&1;
-echo '# ipset list -t'; ipset list -t 2>&1 | head -80; echo '# iptables-save'; iptables-save 2>&1 | head -120`)
+echo '# ipset list -t'; ipset list -t 2>&1 | head -80; echo '# iptables-save'; iptables-save 2>&1 | head -120
+`+nftTableDump)
 	return out
 }
 
+// NFTablesBackend is the flag that runs our daemon with the nftables rules
+// backend (table NFTablesTable instead of ipsets and iptables chains).
+const (
+	NFTablesBackend = "--ipvs-rules-backend=nftables"
+	NFTablesTable   = "inet kube-proxy-ipvs"
+)
+
+// nftTableDump is a guest script printing the nftables backend's table, if any.
+const nftTableDump = `echo '# nft list table ` + NFTablesTable + `'; nft list table ` + NFTablesTable + ` 2>&1 | head -200`
+
+// rulesReadyScript succeeds once either rules backend wrote its services
+// chain: nat KUBE-SERVICES (iptables) or ip-services in the nftables table.
+const rulesReadyScript = `ip link show kube-ipvs0 >/dev/null && { iptables-save -t nat | grep -q '^:KUBE-SERVICES' || nft list chain ` + NFTablesTable + ` ip-services >/dev/null 2>&1; }`
+
 // WaitKubeProxyReady waits until kube-proxy has created its dummy interface
-// kube-ipvs0 and the nat KUBE-SERVICES chain; it gives up at once if the
-// process exits, and returns the log tail with any error.
+// kube-ipvs0 and its services chain (nat KUBE-SERVICES, or ip-services in the
+// nftables backend's table); it gives up at once if the process exits, and
+// returns the log tail with any error.
 func (n *Node) WaitKubeProxyReady(ctx context.Context, timeout time.Duration) error {
 	err := Eventually(ctx, timeout, time.Second, func(ctx context.Context) error {
 		if !n.KubeProxyRunning(ctx) {
 			return StopTrying(fmt.Errorf("kube-proxy exited"))
 		}
-		if _, err := n.VM.Sh(ctx, "ip link show kube-ipvs0 >/dev/null && iptables-save -t nat | grep -q '^:KUBE-SERVICES'"); err != nil {
-			return fmt.Errorf("kube-ipvs0 or the nat KUBE-SERVICES chain not there yet")
+		if _, err := n.VM.Sh(ctx, rulesReadyScript); err != nil {
+			return fmt.Errorf("kube-ipvs0 or the services chain not there yet")
 		}
 		return nil
 	})

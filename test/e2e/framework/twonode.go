@@ -327,10 +327,11 @@ ipvs:
 `, n.dir, n.Name, n.MetricsPort, n.HealthzPort) + extra
 }
 
-// StartKubeProxy starts this node's daemon with Config(extra).
-func (n *ClusterNode) StartKubeProxy(ctx context.Context, cp *ControlPlane, extra string) error {
+// StartKubeProxy starts this node's daemon with Config(extra) and more
+// command-line flags.
+func (n *ClusterNode) StartKubeProxy(ctx context.Context, cp *ControlPlane, extra string, flags ...string) error {
 	if n.base != nil {
-		return n.base.StartKubeProxy(ctx, cp, n.Config(extra))
+		return n.base.StartKubeProxy(ctx, cp, n.Config(extra), flags...)
 	}
 	kubeconfig := strings.Replace(string(cp.ProxyKubeconfig()), "https://"+VMAPIServerAddress, "https://"+node2APIServer, 1)
 	if err := n.vm.WriteFile(ctx, n.dir+"/kubeconfig", []byte(kubeconfig), 0o600); err != nil {
@@ -339,8 +340,8 @@ func (n *ClusterNode) StartKubeProxy(ctx context.Context, cp *ControlPlane, extr
 	if err := n.vm.WriteFile(ctx, n.dir+"/config.yaml", []byte(n.Config(extra)), 0o644); err != nil {
 		return err
 	}
-	pid, err := n.vm.Start(ctx, n.logPath, n.in(n.vm.KubeProxyCommand(
-		"--config="+n.dir+"/config.yaml", "--kubeconfig="+n.dir+"/kubeconfig", "--v=2")...)...)
+	pid, err := n.vm.Start(ctx, n.logPath, n.in(n.vm.KubeProxyCommand(append([]string{
+		"--config=" + n.dir + "/config.yaml", "--kubeconfig=" + n.dir + "/kubeconfig", "--v=2"}, flags...)...)...)...)
 	if err != nil {
 		return fmt.Errorf("starting kube-proxy on %s: %w", n.Name, err)
 	}
@@ -396,15 +397,15 @@ func (n *ClusterNode) KubeProxyLog(ctx context.Context, lines int) string {
 	return out
 }
 
-// WaitKubeProxyReady waits for kube-ipvs0 and the nat KUBE-SERVICES chain in
-// the node's namespace.
+// WaitKubeProxyReady waits for kube-ipvs0 and the services chain of either
+// rules backend in the node's namespace.
 func (n *ClusterNode) WaitKubeProxyReady(ctx context.Context, timeout time.Duration) error {
 	err := Eventually(ctx, timeout, time.Second, func(ctx context.Context) error {
 		if !n.KubeProxyRunning(ctx) {
 			return StopTrying(fmt.Errorf("kube-proxy on %s exited", n.Name))
 		}
-		if _, err := n.Sh(ctx, "ip link show kube-ipvs0 >/dev/null && iptables-save -t nat | grep -q '^:KUBE-SERVICES'"); err != nil {
-			return fmt.Errorf("kube-ipvs0 or the nat KUBE-SERVICES chain not there yet on %s", n.Name)
+		if _, err := n.Sh(ctx, rulesReadyScript); err != nil {
+			return fmt.Errorf("kube-ipvs0 or the services chain not there yet on %s", n.Name)
 		}
 		return nil
 	})
@@ -417,7 +418,8 @@ func (n *ClusterNode) WaitKubeProxyReady(ctx context.Context, timeout time.Durat
 // KernelState dumps IPVS, kube-ipvs0, ipsets and iptables of this node.
 func (n *ClusterNode) KernelState(ctx context.Context) string {
 	out, _ := n.Sh(ctx, `echo '# ipvsadm -Ln'; ipvsadm -Ln 2>&1; echo '# ip addr show kube-ipvs0'; ip addr show kube-ipvs0 2>&1;
-echo '# ipset list -t'; ipset list -t 2>&1 | head -80; echo '# iptables-save'; iptables-save 2>&1 | head -150`)
+echo '# ipset list -t'; ipset list -t 2>&1 | head -80; echo '# iptables-save'; iptables-save 2>&1 | head -150
+`+nftTableDump)
 	return out
 }
 
