@@ -81,6 +81,10 @@ fi
 if [[ ${BENCH_VM_10K:-0} == 1 ]]; then
   vmrun vm-10000.log 10000 "${KPI_VM_MEM_10K:-4096}" 10 "${BENCH_VM_10K_PROXIES:-ours,upstream}"
   logs+=("$out/vm-10000.log")
+  if [[ ${BENCH_VM_NFT:-1} == 1 ]]; then
+    vmrun vm-10000-nftables.log 10000 "${KPI_VM_MEM_10K:-4096}" 10 ours nftables
+    logs+=("$out/vm-10000-nftables.log")
+  fi
 fi
 # The kernel layer: IPVS read in bulk (GetAll) against one destination dump per
 # virtual server, 10,000 x 4, in the VM.
