@@ -20,6 +20,10 @@ type desiredIndex struct {
 	vs        map[vsKey]*desiredVS
 	setRefs   map[setEntry]int
 	setCounts map[string]int // distinct entries per set (base name)
+	// srcRanges are the entries of the LoadBalancer source-range sets by port
+	// (the nftables backend rewrites a port's elements together; reading them here
+	// keeps a partial sync from walking every entry of every set).
+	srcRanges map[srcPort]sets.Set[setEntry]
 	bindRefs  map[string]int
 	outRefs   map[string]int
 	// health check node ports and local endpoint counts of eTP=Local services
@@ -49,6 +53,7 @@ func newDesiredIndex() *desiredIndex {
 		vs:            map[vsKey]*desiredVS{},
 		setRefs:       map[setEntry]int{},
 		setCounts:     map[string]int{},
+		srcRanges:     map[srcPort]sets.Set[setEntry]{},
 		bindRefs:      map[string]int{},
 		outRefs:       map[string]int{},
 		hcPorts:       map[types.NamespacedName]uint16{},
@@ -78,6 +83,7 @@ func (ix *desiredIndex) set(name types.NamespacedName, st *serviceState, t *touc
 	for _, e := range st.setEntries {
 		if ix.setRefs[e]++; ix.setRefs[e] == 1 {
 			ix.setCounts[e.set]++
+			ix.noteSourceRange(e, true)
 			t.entries.Insert(e)
 		}
 	}
@@ -139,12 +145,35 @@ func (ix *desiredIndex) remove(name types.NamespacedName, old *serviceState, t *
 	ix.noLocalExtern.Delete(name)
 }
 
+// noteSourceRange keeps srcRanges in step when e, an entry of a source-range set,
+// comes or goes.
+func (ix *desiredIndex) noteSourceRange(e setEntry, add bool) {
+	if !isSourceRangeSet(e.set) {
+		return
+	}
+	k, ok := srcPortOfEntry(e.entry)
+	if !ok {
+		return
+	}
+	if add {
+		if ix.srcRanges[k] == nil {
+			ix.srcRanges[k] = sets.New[setEntry]()
+		}
+		ix.srcRanges[k].Insert(e)
+		return
+	}
+	if ix.srcRanges[k].Delete(e).Len() == 0 {
+		delete(ix.srcRanges, k)
+	}
+}
+
 func (ix *desiredIndex) unref(e setEntry, t *touched) {
 	if ix.setRefs[e]--; ix.setRefs[e] <= 0 {
 		delete(ix.setRefs, e)
 		if ix.setCounts[e.set]--; ix.setCounts[e.set] <= 0 {
 			delete(ix.setCounts, e.set)
 		}
+		ix.noteSourceRange(e, false)
 		t.entries.Insert(e)
 	}
 }

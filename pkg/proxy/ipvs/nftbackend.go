@@ -367,12 +367,8 @@ func (b *nftBackend) sourceRangeChanges(full bool, ports map[srcPort]bool) ([]nf
 	p := b.p
 	a := p.applied
 	srcSet := b.fam.name("load-balancer-source")
-	var wantSrc map[srcPort][]setEntry
-	if full || len(ports) > 0 {
-		wantSrc = p.desiredSourceRanges()
-	}
 	if full {
-		for k := range wantSrc {
+		for k := range p.index.srcRanges {
 			ports[k] = true
 		}
 		for _, fields := range a.nftOther[srcSet] {
@@ -392,7 +388,7 @@ func (b *nftBackend) sourceRangeChanges(full bool, ports map[srcPort]bool) ([]nf
 	}
 	badPorts := map[srcPort]error{}
 	for k := range ports {
-		w, errs := nftDesiredElements(b.fam, wantSrc[k])
+		w, errs := nftDesiredElements(b.fam, p.index.sourceRanges(k))
 		if len(errs) > 0 {
 			badPorts[k] = errs[0]
 		}
@@ -405,20 +401,11 @@ func (b *nftBackend) sourceRangeChanges(full bool, ports map[srcPort]bool) ([]nf
 	return nftElementChanges(have, want), badPorts
 }
 
-// desiredSourceRanges groups the source range entries the index wants by port.
-func (p *Proxier) desiredSourceRanges() map[srcPort][]setEntry {
-	out := map[srcPort][]setEntry{}
-	for e := range p.index.setRefs {
-		if isSourceRangeSet(e.set) {
-			if k, ok := srcPortOfEntry(e.entry); ok {
-				out[k] = append(out[k], e)
-			}
-		}
-	}
-	for _, es := range out {
-		slices.SortFunc(es, func(x, y setEntry) int { return strings.Compare(x.set+" "+x.entry, y.set+" "+y.entry) })
-	}
-	return out
+// sourceRanges returns the source range entries the index wants on port k, sorted.
+func (ix *desiredIndex) sourceRanges(k srcPort) []setEntry {
+	es := ix.srcRanges[k].UnsortedList()
+	slices.SortFunc(es, func(x, y setEntry) int { return strings.Compare(x.set+" "+x.entry, y.set+" "+y.entry) })
+	return es
 }
 
 // writeRules writes the out-filter chain: flushed and refilled in one

@@ -181,7 +181,6 @@ func TestNFTBackendChangesAreProportional(t *testing.T) {
 	}
 
 	// Source ranges are written by port: narrowing them is one transaction that
-	// deletes the old range before adding the new one.
 	// deletes the old range before adding the new one. The node (192.168.0.10) is
 	// an allowed source now: the LB address is allowed as a source too, and the
 	// out-filter rule goes (a second transaction).
@@ -207,6 +206,11 @@ element ip-load-balancer-source 203.0.113.7 . tcp . 443 . 203.0.113.7
 	e.mustSync()
 	if got := nftLines(t, rs, "element "); strings.Contains(got, "203.0.113.7") || strings.Contains(got, "10.96.0.12") {
 		t.Errorf("elements of a deleted Service remain:\n%s", got)
+	}
+	// The index's source ranges by port (what a partial sync reads instead of
+	// every entry) went with it.
+	if n := len(e.p.index.srcRanges); n != 0 {
+		t.Errorf("the index keeps source ranges of %d ports after the Service went: %v", n, e.p.index.srcRanges)
 	}
 }
 
