@@ -189,6 +189,8 @@ func (b *nftBackend) prepare(ctx context.Context, stats *SyncStats) error {
 	}
 	tx := nft.NewTransaction()
 	b.writeProgramme(tx, prog)
+	// Addresses a scheduler change left behind (the process died in between).
+	tx.FlushSet(b.fam.name(nftQuietSet))
 	deleteObjects(tx, stale(chains), stale(setNames))
 	err = rs.Run(ctx, tx)
 	if err == nil {
@@ -474,9 +476,37 @@ func (b *nftBackend) writeRules(ctx context.Context, _ []byte, outRules []string
 // ensureJumps has nothing to do: the base chains are part of the programme.
 func (b *nftBackend) ensureJumps(context.Context, *SyncStats) error { return nil }
 
-// quiet is not done with this backend yet: a scheduler change may have a
-// connection or two refused, as it had before quiet.go.
-func (b *nftBackend) quiet(context.Context, []string, *SyncStats) func() { return func() {} }
+// nftQuietSet holds the addresses whose port unreachables are dropped while their
+// virtual servers' schedulers change (quiet.go); a rule at the top of the
+// filter-output base chain drops them. Every full sync empties it.
+const nftQuietSet = "quiet"
+
+// quiet adds addrs to the quiet set and returns the function that takes them out
+// again. As with the iptables form, neither is worth failing the sync for.
+func (b *nftBackend) quiet(ctx context.Context, addrs []string, stats *SyncStats) func() {
+	if len(addrs) == 0 {
+		return func() {}
+	}
+	rs := countedRuleset{b.rs, stats}
+	set := b.fam.name(nftQuietSet)
+	elems := make([][]string, 0, len(addrs))
+	for _, a := range addrs {
+		elems = append(elems, []string{a})
+	}
+	tx := nft.NewTransaction()
+	tx.AddElements(set, elems...)
+	if err := rs.Run(ctx, tx); err != nil {
+		b.p.logger.Error(err, "Could not hold back the kernel's refusals while schedulers change; connections arriving during the change may be refused", "addresses", addrs)
+		return func() {}
+	}
+	return func() {
+		tx := nft.NewTransaction()
+		tx.DeleteElements(set, elems...)
+		if err := rs.Run(ctx, tx); err != nil {
+			b.p.logger.Error(err, "Could not remove the addresses that held back refusals during a scheduler change; the next full sync empties the set", "addresses", addrs, "set", set)
+		}
+	}
+}
 
 func (b *nftBackend) removeOther(ctx context.Context, stats *SyncStats) bool {
 	if err := b.p.removeIPTablesBackend(ctx, stats); err != nil {

@@ -229,6 +229,12 @@ func buildNFTProgramme(in *rulesInput) (*nftProgramme, error) {
 	base("nat-postrouting", nft.ChainTypeNAT, nft.HookPostrouting, 100, "postrouting")
 	base("filter-forward", nft.ChainTypeFilter, nft.HookForward, 0, "forward", "proxy-firewall")
 	base("filter-input", nft.ChainTypeFilter, nft.HookInput, 0, "node-port-filter", "proxy-firewall", "ipvs-filter")
+	// While schedulers change, the port unreachables IPVS sends from those
+	// addresses are dropped (quiet.go): before anything else on output.
+	// (base appends its jump after this rule.)
+	p.sets = append(p.sets, nft.Set{Name: n(nftQuietSet), Key: []nft.KeyType{f.addr}, Comment: "service addresses whose scheduler changes"})
+	p.rules[n("filter-output")] = []nft.Rule{{Stmts: []nft.Stmt{nft.InSet{Fields: []nft.Field{f.saddr}, Set: n(nftQuietSet)},
+		nft.PortUnreachable{IPv6: f.ipv6}, nft.DropVerdict}, Comment: quietComment}}
 	base("filter-output", nft.ChainTypeFilter, nft.HookOutput, 0, "ipvs-out-filter")
 	for _, c := range []string{"services", "postrouting", "node-port", "load-balancer", "mark-masq",
 		"forward", "node-port-filter", "proxy-firewall", "source-ranges-firewall", "ipvs-filter", "ipvs-out-filter"} {

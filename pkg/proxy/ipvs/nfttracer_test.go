@@ -150,6 +150,9 @@ func (tr *nftTracer) rule(r nft.Rule, st *pktState, depth int) (string, bool) {
 			if nft.ProtoName(s.Proto) != p.proto {
 				return "", false
 			}
+		case nft.PortUnreachable:
+			// Traced packets are TCP, UDP or SCTP, never ICMP.
+			return "", false
 		case nft.CTOriginal:
 			// The connection IPVS handles to Daddr:Port.
 			if p.dst != s.Daddr.String() || p.port != int(s.Port) || tr.findVS(p) == nil {

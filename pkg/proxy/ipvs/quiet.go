@@ -25,6 +25,10 @@ import (
 // failed. The rules go as soon as the edits are done; should removing them fail, or the
 // process die in between, the next write of our chains (every full sync rewrites them
 // whole) takes them away.
+//
+// The nftables backend does the same with a set: the addresses go into the family's
+// quiet set, which a rule at the top of its filter-output base chain matches
+// (nftBackend.quiet); every full sync empties it.
 
 // quietComment marks the rules, so that they are never mistaken for anything else.
 const quietComment = "kube-proxy-ipvs: scheduler change in progress"

@@ -14,6 +14,7 @@ import (
 	utilexec "k8s.io/utils/exec"
 
 	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/iptables"
+	nft "github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/nftables"
 	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/testing/netns"
 )
 
@@ -105,6 +106,39 @@ func TestIntegrationQuietRules(t *testing.T) {
 					}
 				})
 			}
+		}
+	})
+}
+
+// TestIntegrationNFTQuiet: the nftables backend's form of the same, in the kernel's
+// nftables: an address in the family's quiet set has its ICMP port unreachables
+// dropped by the filter-output rule, and taken out of the set it has them back.
+func TestIntegrationNFTQuiet(t *testing.T) {
+	netns.Run(t, func(t *testing.T) {
+		rs, err := nft.NewNetlink(nftTable, utilexec.New())
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, family := range []v1.IPFamily{v1.IPv4Protocol, v1.IPv6Protocol} {
+			t.Run(string(family), func(t *testing.T) {
+				addr := "127.0.0.1"
+				if family == v1.IPv6Protocol {
+					addr = "::1"
+				}
+				e := newNFTEnv(t, family, rs)
+				e.start()
+				if !refusedUDP(t, addr) {
+					t.Fatalf("no refusal from %s before: the test cannot see what the set hides", addr)
+				}
+				loud := e.p.rules.quiet(context.Background(), []string{addr}, &SyncStats{})
+				if refusedUDP(t, addr) {
+					t.Errorf("the ICMP port unreachable from %s still reached the client", addr)
+				}
+				loud()
+				if !refusedUDP(t, addr) {
+					t.Errorf("no refusal from %s after the address left the set", addr)
+				}
+			})
 		}
 	})
 }

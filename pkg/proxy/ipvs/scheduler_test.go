@@ -6,9 +6,11 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/tools/events"
@@ -17,6 +19,7 @@ import (
 	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/proxy/apis/config"
 	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/iptables"
 	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/ipvs"
+	nft "github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/nftables"
 )
 
 func TestChooseScheduler(t *testing.T) {
@@ -293,4 +296,74 @@ func (f *failingDelete) RestoreAll(ctx context.Context, data []byte, flush iptab
 		return fmt.Errorf("injected: iptables-restore refused a delete")
 	}
 	return f.Interface.RestoreAll(ctx, data, flush, counters)
+}
+
+// watchingNFT records the nftables backend's quiet set at every virtual server edit.
+type watchingNFT struct {
+	ipvs.Interface
+	rs      nft.Ruleset
+	atEdits []string
+}
+
+func (w *watchingNFT) UpdateVirtualServer(ctx context.Context, vs *ipvs.VirtualServer) error {
+	d, err := w.rs.Dump(ctx)
+	if err != nil {
+		return err
+	}
+	var quiet []string
+	for _, l := range strings.Split(d, "\n") {
+		if strings.HasPrefix(l, "element ip-quiet ") || strings.HasPrefix(l, "element ip6-quiet ") {
+			quiet = append(quiet, l)
+		}
+	}
+	w.atEdits = append(w.atEdits, vs.Address.String()+": "+strings.Join(quiet, "; "))
+	return w.Interface.UpdateVirtualServer(ctx, vs)
+}
+
+// TestNFTSchedulerChangeQuietsRefusals: with the nftables backend the address is in
+// the family's quiet set while its scheduler changes, and out of it once the sync
+// ends; a full sync empties a set a dead process left an address in.
+func TestNFTSchedulerChangeQuietsRefusals(t *testing.T) {
+	for _, family := range []v1.IPFamily{v1.IPv4Protocol, v1.IPv6Protocol} {
+		t.Run(string(family), func(t *testing.T) {
+			rs := nft.NewFakeRuleset(nftTable)
+			e := newNFTEnv(t, family, rs)
+			vip, ep, set := "10.96.0.1", "10.244.2.1", "ip-quiet"
+			if family == v1.IPv6Protocol {
+				vip, ep, set = "fd00:96::1", "fd00:244::2:1", "ip6-quiet"
+			}
+			svc := func(mods ...func(*v1.Service)) *v1.Service {
+				return makeService("ns", "web", append([]func(*v1.Service){clusterIP(vip), port("p", v1.ProtocolTCP, 80, 0)}, mods...)...)
+			}
+			e.start(svc(), makeSlice("ns", "web", "w-1", tcp("p", 80), endpoint(ep)))
+			w := &watchingNFT{Interface: e.ipvs, rs: rs}
+			e.p.kernel.IPVS = w
+
+			e.add(svc(annotate(proxy.AnnotationScheduler, "lc")))
+			e.mustSync()
+			if want := []string{vip + ": element " + set + " " + vip}; !slices.Equal(w.atEdits, want) {
+				t.Errorf("at the edits: %q, want %q", w.atEdits, want)
+			}
+			if l := nftLines(t, rs, "element "+set); l != "" {
+				t.Errorf("the address outlived the sync: %s", l)
+			}
+			if l := nftLines(t, rs, "rule "+strings.TrimSuffix(set, "quiet")+"filter-output"); !strings.Contains(l, "@"+set+" ") || !strings.Contains(l, "port-unreachable drop") {
+				t.Errorf("filter-output's quiet rule: %s", l)
+			}
+
+			// A process that died in between left an address: the next full sync empties the set.
+			tx := nft.NewTransaction()
+			tx.AddElements(set, []string{vip})
+			if err := rs.Run(context.Background(), tx); err != nil {
+				t.Fatal(err)
+			}
+			e.clock.Step(31 * time.Second)
+			if st := e.mustSync(); !st.Full {
+				t.Fatal("expected a full sync")
+			}
+			if l := nftLines(t, rs, "element "+set); l != "" {
+				t.Errorf("a full sync kept %s", l)
+			}
+		})
+	}
 }

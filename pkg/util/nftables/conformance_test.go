@@ -144,11 +144,15 @@ element svc6 fd00::1 . tcp . 80
 				CTOriginal{Daddr: netip.MustParseAddr("10.0.0.1"), Port: 80}, DropVerdict}})
 			tx.AddRule("out", Rule{Stmts: []Stmt{AddrIn{Field: IP6Saddr, Prefix: netip.MustParsePrefix("fd00::1/128")}, L4ProtoIs{Proto: 17},
 				CTOriginal{Daddr: netip.MustParseAddr("fd00::1"), Port: 53}, DropVerdict}})
+			tx.AddRule("out", Rule{Stmts: []Stmt{AddrIn{Field: IPSaddr, Prefix: netip.MustParsePrefix("10.0.0.2/32")}, PortUnreachable{}, DropVerdict}, Comment: "quiet"})
+			tx.AddRule("out", Rule{Stmts: []Stmt{AddrIn{Field: IP6Saddr, Prefix: netip.MustParsePrefix("fd00::2/128")}, PortUnreachable{IPv6: true}, DropVerdict}})
 		}}},
 		want: `table inet kpi-conformance
 chain out type filter hook output priority -110 policy accept
 rule out ip saddr 10.0.0.1 meta l4proto tcp ct original ip daddr 10.0.0.1 ct original proto-dst 80 drop
 rule out ip6 saddr fd00::1 meta l4proto udp ct original ip6 daddr fd00::1 ct original proto-dst 53 drop
+rule out ip saddr 10.0.0.2 icmp type destination-unreachable icmp code port-unreachable drop comment "quiet"
+rule out ip6 saddr fd00::2 icmpv6 type destination-unreachable icmpv6 code port-unreachable drop
 chain pre type nat hook prerouting priority dstnat policy accept
 rule pre meta nfproto ipv4 jump services
 rule pre meta nfproto ipv6 accept

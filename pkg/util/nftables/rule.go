@@ -586,3 +586,36 @@ func (o CTOriginal) compile(*ruleCtx) ([]expr.Any, error) {
 	}
 	return out, nil
 }
+
+// PortUnreachable matches an ICMP (IPv6: ICMPv6) destination-unreachable message
+// with code port-unreachable: what IPVS sends back when it refuses a connection.
+type PortUnreachable struct {
+	IPv6 bool
+}
+
+func (u PortUnreachable) render(c *ruleCtx) string {
+	if u.IPv6 {
+		c.nfproto = unix.NFPROTO_IPV6
+		return "icmpv6 type destination-unreachable icmpv6 code port-unreachable"
+	}
+	c.nfproto = unix.NFPROTO_IPV4
+	return "icmp type destination-unreachable icmp code port-unreachable"
+}
+
+func (u PortUnreachable) compile(c *ruleCtx) ([]expr.Any, error) {
+	// ICMP: type 3 code 3; ICMPv6: type 1 code 4. nft prints the protocol
+	// dependencies (nfproto, l4proto) as part of the icmp match.
+	p, proto, typ, code := byte(unix.NFPROTO_IPV4), byte(unix.IPPROTO_ICMP), byte(3), byte(3)
+	if u.IPv6 {
+		p, proto, typ, code = unix.NFPROTO_IPV6, unix.IPPROTO_ICMPV6, 1, 4
+	}
+	out := c.needProto(p)
+	return append(out,
+		&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: 1},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{proto}},
+		&expr.Payload{Base: expr.PayloadBaseTransportHeader, Offset: 0, Len: 1, DestRegister: 1},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{typ}},
+		&expr.Payload{Base: expr.PayloadBaseTransportHeader, Offset: 1, Len: 1, DestRegister: 1},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{code}},
+	), nil
+}
