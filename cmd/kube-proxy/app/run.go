@@ -81,7 +81,7 @@ func (s *ProxyServer) Run(ctx context.Context) error {
 	resync := cfg.ConfigSyncPeriod.Duration
 	factory := informers.NewSharedInformerFactoryWithOptions(s.Client, resync,
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = selector.String() }),
-		informers.WithTransform(trimForCache))
+		informers.WithTransform(proxyconfig.TrimForCache))
 	serviceConfig := proxyconfig.NewServiceConfig(ctx, factory.Core().V1().Services(), resync)
 	serviceConfig.RegisterEventHandler(s.Proxier)
 	endpointSliceConfig := proxyconfig.NewEndpointSliceConfig(ctx, factory.Discovery().V1().EndpointSlices(), resync)
@@ -91,7 +91,7 @@ func (s *ProxyServer) Run(ctx context.Context) error {
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
 			o.FieldSelector = fields.OneTermEqualSelector("metadata.name", s.NodeName).String()
 		}),
-		informers.WithTransform(trimForCache))
+		informers.WithTransform(proxyconfig.TrimForCache))
 	nodeConfig := proxyconfig.NewNodeConfig(ctx, nodeFactory.Core().V1().Nodes(), resync)
 	nodeConfig.RegisterEventHandler(s.Proxier)
 	if s.HealthzServer != nil {

@@ -27,6 +27,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	testingclock "k8s.io/utils/clock/testing"
 
+	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/proxy/config"
 	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/proxy/healthcheck"
 	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/conntrack"
 	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/ipset"
@@ -56,6 +57,25 @@ func benchSizes(b *testing.B) []int {
 }
 
 const benchEndpointsPerService = 10
+
+// benchCluster is a cluster of n Services as the daemon's informers cache it: every
+// object has been through their transform (config.TrimForCache).
+func benchCluster(n int) *cluster.Cluster {
+	c := cluster.New(cluster.Spec{Services: n, EndpointsPerService: benchEndpointsPerService})
+	for i := range c.Services {
+		cached(c.Services[i])
+		cached(c.Slices[i])
+	}
+	return c
+}
+
+// cached applies the informers' transform to obj, in place.
+func cached[T any](obj T) T {
+	if _, err := config.TrimForCache(obj); err != nil {
+		panic(err)
+	}
+	return obj
+}
 
 // benchKernel is a fake kernel with the counters a benchmark reads.
 type benchKernel struct {
@@ -226,7 +246,7 @@ func sizeName(n int) string {
 func BenchmarkFullSyncInitial(b *testing.B) {
 	for _, n := range benchSizes(b) {
 		b.Run(sizeName(n), func(b *testing.B) {
-			c := cluster.New(cluster.Spec{Services: n, EndpointsPerService: benchEndpointsPerService})
+			c := benchCluster(n)
 			var last *benchKernel
 			b.ReportAllocs()
 			b.ResetTimer()
@@ -256,7 +276,7 @@ func BenchmarkFullSyncInitial(b *testing.B) {
 func BenchmarkFullSyncResync(b *testing.B) {
 	for _, n := range benchSizes(b) {
 		b.Run(sizeName(n), func(b *testing.B) {
-			c := cluster.New(cluster.Spec{Services: n, EndpointsPerService: benchEndpointsPerService})
+			c := benchCluster(n)
 			p, k, clk := startSteady(b, c)
 			runtime.GC()
 			var ops kernelOpCounts
@@ -296,7 +316,7 @@ func BenchmarkFullSyncResync(b *testing.B) {
 func BenchmarkOneEndpointChange(b *testing.B) {
 	for _, n := range benchSizes(b) {
 		b.Run(sizeName(n), func(b *testing.B) {
-			c := cluster.New(cluster.Spec{Services: n, EndpointsPerService: benchEndpointsPerService})
+			c := benchCluster(n)
 			p, k, _ := startSteady(b, c)
 			runtime.GC()
 			var sum kernelOpCounts
@@ -311,9 +331,9 @@ func BenchmarkOneEndpointChange(b *testing.B) {
 				old := c.Slices[svc]
 				var cur = old
 				if i%2 == 0 {
-					cur = c.WithEndpoint(svc, benchEndpointsPerService, c.NextEndpointIP())
+					cur = cached(c.WithEndpoint(svc, benchEndpointsPerService, c.NextEndpointIP()))
 				} else {
-					cur = c.WithoutEndpoint(svc, benchEndpointsPerService)
+					cur = cached(c.WithoutEndpoint(svc, benchEndpointsPerService))
 				}
 				p.OnEndpointSliceUpdate(old, cur)
 				p.syncProxyRules()
@@ -387,7 +407,8 @@ func writeHeapProfile(b *testing.B) {
 }
 
 // BenchmarkSteadyStateHeap measures the heap at steady state and splits it by
-// dropping one part at a time: the API objects (what the informer caches hold), the
+// dropping one part at a time: the API objects (what the informer caches hold: the
+// generated objects through the informers' transform), the
 // proxier (trackers, maps, desired index, applied state), and the fake kernel (which
 // on a node lives in the kernel, not in the daemon). heap-MiB is objects + proxier:
 // what the daemon itself would hold. Each iteration is one incremental sync, so the
@@ -396,14 +417,14 @@ func BenchmarkSteadyStateHeap(b *testing.B) {
 	for _, n := range benchSizes(b) {
 		b.Run(sizeName(n), func(b *testing.B) {
 			base := heapInUse()
-			c := cluster.New(cluster.Spec{Services: n, EndpointsPerService: benchEndpointsPerService})
+			c := benchCluster(n)
 			withObjects := heapInUse()
 			p, k, _ := startSteady(b, c)
 			b.ResetTimer()
 			for i := range b.N {
 				svc := (i * 7919) % n
 				old := c.Slices[svc]
-				cur := c.WithEndpoint(svc, 0, c.NextEndpointIP())
+				cur := cached(c.WithEndpoint(svc, 0, c.NextEndpointIP()))
 				p.OnEndpointSliceUpdate(old, cur)
 				p.syncProxyRules()
 			}
