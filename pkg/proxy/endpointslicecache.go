@@ -31,9 +31,49 @@ type endpointSliceCache struct {
 	pending sets.Set[types.NamespacedName]
 }
 
+// sliceTracker holds one Service's slices by name, sorted; most Services have one
+// slice, and a list of one costs a fraction of a map of one.
 type sliceTracker struct {
-	applied map[string]*sliceInfo
-	pending map[string]*sliceInfo
+	applied []namedSlice
+	pending []namedSlice // nil when nothing is pending
+}
+
+type namedSlice struct {
+	name string
+	info *sliceInfo
+}
+
+// findSlice returns the position of name in list, and whether it is there.
+func findSlice(list []namedSlice, name string) (int, bool) {
+	return slices.BinarySearchFunc(list, name, func(e namedSlice, name string) int { return cmp.Compare(e.name, name) })
+}
+
+func getSlice(list []namedSlice, name string) (*sliceInfo, bool) {
+	if i, ok := findSlice(list, name); ok {
+		return list[i].info, true
+	}
+	return nil, false
+}
+
+// putSlice sets name to info in list and returns the list.
+func putSlice(list []namedSlice, name string, info *sliceInfo) []namedSlice {
+	i, ok := findSlice(list, name)
+	if ok {
+		list[i].info = info
+		return list
+	}
+	return slices.Insert(list, i, namedSlice{name, info})
+}
+
+// deleteSlice removes name from list and returns the list (nil when empty).
+func deleteSlice(list []namedSlice, name string) []namedSlice {
+	if i, ok := findSlice(list, name); ok {
+		list = slices.Delete(list, i, i+1)
+	}
+	if len(list) == 0 {
+		return nil
+	}
+	return list
 }
 
 // sliceInfo is the part of an EndpointSlice the proxier uses: per port, the finished
@@ -77,8 +117,8 @@ func (c *endpointSliceCache) updatePending(svc types.NamespacedName, sliceName s
 	var applied, pending *sliceInfo
 	var inApplied, inPending bool
 	if tracker != nil {
-		applied, inApplied = tracker.applied[sliceName]
-		pending, inPending = tracker.pending[sliceName]
+		applied, inApplied = getSlice(tracker.applied, sliceName)
+		pending, inPending = getSlice(tracker.pending, sliceName)
 	}
 
 	sameAsApplied := !inApplied && remove || inApplied && reflect.DeepEqual(applied, info)
@@ -86,7 +126,7 @@ func (c *endpointSliceCache) updatePending(svc types.NamespacedName, sliceName s
 		if !inPending {
 			return false
 		}
-		delete(tracker.pending, sliceName)
+		tracker.pending = deleteSlice(tracker.pending, sliceName)
 		if len(tracker.pending) == 0 {
 			c.pending.Delete(svc)
 			if len(tracker.applied) == 0 {
@@ -99,13 +139,10 @@ func (c *endpointSliceCache) updatePending(svc types.NamespacedName, sliceName s
 		return false
 	}
 	if tracker == nil {
-		tracker = &sliceTracker{applied: map[string]*sliceInfo{}}
+		tracker = &sliceTracker{}
 		c.byService[svc] = tracker
 	}
-	if tracker.pending == nil {
-		tracker.pending = map[string]*sliceInfo{}
-	}
-	tracker.pending[sliceName] = info
+	tracker.pending = putSlice(tracker.pending, sliceName, info)
 	c.pending.Insert(svc)
 	return true
 }
@@ -129,11 +166,11 @@ func (c *endpointSliceCache) checkoutChanges() map[types.NamespacedName]*endpoin
 			continue
 		}
 		change := &endpointsChange{previous: c.endpointsMap(svc, tracker.applied)}
-		for name, info := range tracker.pending {
-			if info.remove {
-				delete(tracker.applied, name)
+		for _, p := range tracker.pending {
+			if p.info.remove {
+				tracker.applied = deleteSlice(tracker.applied, p.name)
 			} else {
-				tracker.applied[name] = info
+				tracker.applied = putSlice(tracker.applied, p.name, p.info)
 			}
 		}
 		tracker.pending = nil // most Services have nothing pending most of the time
@@ -143,7 +180,13 @@ func (c *endpointSliceCache) checkoutChanges() map[types.NamespacedName]*endpoin
 			delete(c.byService, svc)
 		}
 	}
-	clear(c.pending)
+	if len(c.pending) > 1024 {
+		// clear keeps the table: after the initial list it would hold a slot for
+		// every Service for good.
+		c.pending = sets.New[types.NamespacedName]()
+	} else {
+		clear(c.pending)
+	}
 	return changes
 }
 
@@ -265,28 +308,22 @@ func sortEndpoints(eps []*Endpoint) []*Endpoint {
 // endpoint listed more than once (in one slice or several, as happens while the
 // controller moves it) is kept once: the most usable copy wins, ties go to the slice
 // whose name sorts first, so the result never depends on map order.
-func (c *endpointSliceCache) endpointsMap(svc types.NamespacedName, byName map[string]*sliceInfo) EndpointsMap {
+func (c *endpointSliceCache) endpointsMap(svc types.NamespacedName, byName []namedSlice) EndpointsMap {
 	if len(byName) == 1 {
 		// One slice (the usual case): its endpoints are already sorted and unique.
-		for _, info := range byName {
-			em := make(EndpointsMap, len(info.ports))
-			for i, port := range info.ports {
-				if len(info.endpoints[i]) > 0 {
-					em[ServicePortName{NamespacedName: svc, Port: port.name, Protocol: port.protocol}] = info.endpoints[i]
-				}
+		info := byName[0].info
+		em := make(EndpointsMap, len(info.ports))
+		for i, port := range info.ports {
+			if len(info.endpoints[i]) > 0 {
+				em[ServicePortName{NamespacedName: svc, Port: port.name, Protocol: port.protocol}] = info.endpoints[i]
 			}
-			return em
 		}
+		return em
 	}
-	names := make([]string, 0, len(byName))
-	for name := range byName {
-		names = append(names, name)
-	}
-	slices.Sort(names)
 
 	merged := make(map[ServicePortName]map[string]*Endpoint)
-	for _, name := range names {
-		info := byName[name]
+	for _, ns := range byName { // sorted by name
+		info := ns.info
 		for i, port := range info.ports {
 			spn := ServicePortName{NamespacedName: svc, Port: port.name, Protocol: port.protocol}
 			byEndpoint := merged[spn]
