@@ -51,11 +51,11 @@ func dumpEndpoint(ep *Endpoint) string {
 			b.WriteString(" " + f.name)
 		}
 	}
-	if ep.ZoneHints != nil {
-		b.WriteString(" forZones=" + strings.Join(sets.List(ep.ZoneHints), ","))
+	if ep.ZoneHints() != nil {
+		b.WriteString(" forZones=" + strings.Join(sets.List(ep.ZoneHints()), ","))
 	}
-	if ep.NodeHints != nil {
-		b.WriteString(" forNodes=" + strings.Join(sets.List(ep.NodeHints), ","))
+	if ep.NodeHints() != nil {
+		b.WriteString(" forNodes=" + strings.Join(sets.List(ep.NodeHints()), ","))
 	}
 	return b.String()
 }

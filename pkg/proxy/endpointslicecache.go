@@ -88,7 +88,7 @@ type sliceInfo struct {
 
 type slicePort struct {
 	name     string
-	port     int
+	port     int32
 	protocol v1.Protocol
 }
 
@@ -214,7 +214,7 @@ func (c *endpointSliceCache) newSliceInfo(svc types.NamespacedName, slice *disco
 			logger.Info("Ignoring endpoint port with unsupported protocol", "portName", *p.Name, "protocol", protocol)
 			continue
 		}
-		info.ports = append(info.ports, slicePort{name: *p.Name, port: int(*p.Port), protocol: protocol})
+		info.ports = append(info.ports, slicePort{name: *p.Name, port: *p.Port, protocol: protocol})
 	}
 	slices.SortFunc(info.ports, func(a, b slicePort) int {
 		return cmp.Or(cmp.Compare(a.name, b.name), cmp.Compare(a.protocol, b.protocol), cmp.Compare(a.port, b.port))
@@ -254,18 +254,19 @@ func (c *endpointSliceCache) newSliceInfo(svc types.NamespacedName, slice *disco
 		if ep.NodeName != nil {
 			addr.IsLocal = c.nodeName != "" && *ep.NodeName == c.nodeName
 		}
-		if ep.Hints != nil {
+		if ep.Hints != nil && (len(ep.Hints.ForZones) > 0 || len(ep.Hints.ForNodes) > 0) {
+			addr.Hints = &EndpointHints{}
 			for _, z := range ep.Hints.ForZones {
-				if addr.ZoneHints == nil {
-					addr.ZoneHints = sets.New[string]()
+				if addr.Hints.Zones == nil {
+					addr.Hints.Zones = sets.New[string]()
 				}
-				addr.ZoneHints.Insert(z.Name)
+				addr.Hints.Zones.Insert(z.Name)
 			}
 			for _, n := range ep.Hints.ForNodes {
-				if addr.NodeHints == nil {
-					addr.NodeHints = sets.New[string]()
+				if addr.Hints.Nodes == nil {
+					addr.Hints.Nodes = sets.New[string]()
 				}
-				addr.NodeHints.Insert(n.Name)
+				addr.Hints.Nodes.Insert(n.Name)
 			}
 		}
 		addrs = append(addrs, addr)

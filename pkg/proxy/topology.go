@@ -105,9 +105,9 @@ const (
 func (m topologyMode) allows(ep *Endpoint, nodeName, zone string) bool {
 	switch m {
 	case topologySameNode:
-		return ep.NodeHints.Has(nodeName)
+		return ep.NodeHints().Has(nodeName)
 	case topologySameZone:
-		return ep.ZoneHints.Has(zone)
+		return ep.ZoneHints().Has(zone)
 	default:
 		return true
 	}
@@ -126,14 +126,14 @@ func topologyModeFromHints(svcInfo *ServicePortInfo, endpoints []*Endpoint, node
 			continue
 		}
 		anyReady = true
-		if ep.NodeHints.Len() == 0 {
+		if ep.NodeHints().Len() == 0 {
 			allNodeHints = false
-		} else if ep.NodeHints.Has(nodeName) {
+		} else if ep.NodeHints().Has(nodeName) {
 			forThisNode = true
 		}
-		if ep.ZoneHints.Len() == 0 {
+		if ep.ZoneHints().Len() == 0 {
 			allZoneHints = false
-		} else if ep.ZoneHints.Has(zone) {
+		} else if ep.ZoneHints().Has(zone) {
 			forThisZone = true
 		}
 	}

@@ -22,10 +22,13 @@ type tep struct {
 func (e tep) endpoint() *Endpoint {
 	ep := &Endpoint{IP: e.ip, Port: 80, Ready: e.ready, Serving: e.serving, Terminating: e.terminating, IsLocal: e.local}
 	if e.zones != nil {
-		ep.ZoneHints = sets.New(e.zones...)
+		ep.Hints = &EndpointHints{Zones: sets.New(e.zones...)}
 	}
 	if e.nodes != nil {
-		ep.NodeHints = sets.New(e.nodes...)
+		if ep.Hints == nil {
+			ep.Hints = &EndpointHints{}
+		}
+		ep.Hints.Nodes = sets.New(e.nodes...)
 	}
 	return ep
 }

@@ -75,22 +75,44 @@ func (s *ServicePortInfo) UsesLocalEndpoints() bool {
 	return s.InternalPolicyLocal || (s.ExternalPolicyLocal && s.ExternallyAccessible())
 }
 
-// Endpoint is one backend of a ServicePort, for one IP family.
+// Endpoint is one backend of a ServicePort, for one IP family. There are hundreds of
+// thousands of them in a large cluster, so it is kept to 32 bytes: the node and zone
+// names are not kept (IsLocal and the hints are all the proxier reads) and the rarely
+// present hints sit behind one pointer.
 type Endpoint struct {
 	IP          string // canonical text form
-	Port        int
+	Port        int32
 	IsLocal     bool // on this node
 	Ready       bool
 	Serving     bool
 	Terminating bool
-	// The endpoint's node and zone are not kept: IsLocal and the hints are all the
-	// proxier reads, and 500k endpoints at 50k Services make every field count.
-	ZoneHints sets.Set[string] // nil when the slice carries no zone hints
-	NodeHints sets.Set[string] // nil when the slice carries no node hints
+	Hints       *EndpointHints // nil when the slice carries no hints
+}
+
+// EndpointHints are an endpoint's topology hints.
+type EndpointHints struct {
+	Zones sets.Set[string] // nil when the slice carries no zone hints
+	Nodes sets.Set[string] // nil when the slice carries no node hints
+}
+
+// ZoneHints are the zones the endpoint is hinted for, nil when there are none.
+func (e *Endpoint) ZoneHints() sets.Set[string] {
+	if e.Hints == nil {
+		return nil
+	}
+	return e.Hints.Zones
+}
+
+// NodeHints are the nodes the endpoint is hinted for, nil when there are none.
+func (e *Endpoint) NodeHints() sets.Set[string] {
+	if e.Hints == nil {
+		return nil
+	}
+	return e.Hints.Nodes
 }
 
 // String is "ip:port".
-func (e *Endpoint) String() string { return net.JoinHostPort(e.IP, strconv.Itoa(e.Port)) }
+func (e *Endpoint) String() string { return net.JoinHostPort(e.IP, strconv.Itoa(int(e.Port))) }
 
 // ServicePortMap maps each service port to its info.
 type ServicePortMap map[ServicePortName]*ServicePortInfo

@@ -161,7 +161,7 @@ func buildServicePort(bc *buildContext, sp servicePort, st *serviceState, vss ma
 	// Hairpin: a local endpoint reaching itself through the service is masqueraded.
 	for _, ep := range sp.endpoints {
 		if ep.IsLocal {
-			entries.Insert(setEntry{setLoopBack, ipPortIPEntry(ep.IP, proto, ep.Port, ep.IP)})
+			entries.Insert(setEntry{setLoopBack, ipPortIPEntry(ep.IP, proto, int(ep.Port), ep.IP)})
 		}
 	}
 
@@ -333,7 +333,7 @@ func buildServicePort(bc *buildContext, sp servicePort, st *serviceState, vss ma
 func realServersFor(bc *buildContext, svc *proxy.ServicePortInfo, chosen, all []*proxy.Endpoint, onlyLocal bool) []desiredRS {
 	rss := make([]desiredRS, 0, len(chosen))
 	for _, ep := range chosen {
-		if k, ok := parseRSKey(ep.IP, ep.Port); ok {
+		if k, ok := parseRSKey(ep.IP, int(ep.Port)); ok {
 			rss = append(rss, desiredRS{key: k, weight: 1})
 		}
 	}
@@ -342,7 +342,7 @@ func realServersFor(bc *buildContext, svc *proxy.ServicePortInfo, chosen, all []
 			if !ep.Terminating || (onlyLocal && !ep.IsLocal) {
 				continue
 			}
-			if k, ok := parseRSKey(ep.IP, ep.Port); ok {
+			if k, ok := parseRSKey(ep.IP, int(ep.Port)); ok {
 				rss = append(rss, desiredRS{key: k, weight: 0})
 			}
 		}
