@@ -81,11 +81,13 @@ type desiredVS struct {
 	vs          *ipvs.VirtualServer
 	key         vsKey
 	realServers []desiredRS // sorted by key, unique
-	// owner is the Service whose state holds this; next chains other Services' claims
-	// on the same key in the desired index (rare: a shared external IP and port).
-	owner types.NamespacedName
-	next  *desiredVS
+	// next chains other Services' claims on the same key in the desired index (rare:
+	// a shared external IP and port).
+	next *desiredVS
 }
+
+// owner is the Service whose state holds d.
+func (d *desiredVS) owner() types.NamespacedName { return d.port.NamespacedName }
 
 // setEntry is one member of one ipset, the set named by its base (IPv4) name.
 type setEntry struct {

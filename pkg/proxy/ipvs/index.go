@@ -75,7 +75,6 @@ func (ix *desiredIndex) set(name types.NamespacedName, st *serviceState, t *touc
 	}
 	ix.services[name] = st
 	for _, d := range st.virtualServers {
-		d.owner = name
 		d.next = ix.vs[d.key]
 		ix.vs[d.key] = d
 		t.vs.Insert(d.key)
@@ -204,9 +203,9 @@ func (ix *desiredIndex) virtualServer(key vsKey) *desiredVS {
 	if best == nil || best.next == nil {
 		return best
 	}
-	bestName := best.owner.String()
+	bestName := best.owner().String()
 	for c := best.next; c != nil; c = c.next {
-		if n := c.owner.String(); n < bestName {
+		if n := c.owner().String(); n < bestName {
 			best, bestName = c, n
 		}
 	}

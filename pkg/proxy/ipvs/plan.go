@@ -164,7 +164,7 @@ func planVirtualServer(in *planInput, key vsKey) (vsPlan, bool) {
 	case in.excluded(d.vs.Address):
 		return vsPlan{}, false
 	}
-	vp := vsPlan{key: key, spec: d.vs, owner: d.owner, desired: d}
+	vp := vsPlan{key: key, spec: d.vs, owner: d.owner(), desired: d}
 	var have []desiredRS
 	switch {
 	case a == nil:

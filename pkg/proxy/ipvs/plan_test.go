@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
 
+	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/proxy"
 	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/proxy/metrics"
 	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/ipset"
 	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/ipvs"
@@ -34,7 +35,7 @@ func TestPlanIsData(t *testing.T) {
 	ix := newDesiredIndex()
 	tch := newTouched()
 	ix.set(owner, &serviceState{
-		virtualServers: []*desiredVS{{vs: vs, key: key, realServers: []desiredRS{rs("10.244.2.1", 80, 1), rs("10.244.2.3", 80, 1)}}},
+		virtualServers: []*desiredVS{{port: proxy.ServicePortName{NamespacedName: owner}, vs: vs, key: key, realServers: []desiredRS{rs("10.244.2.1", 80, 1), rs("10.244.2.3", 80, 1)}}},
 		setEntries:     []setEntry{{setClusterIP, "10.96.0.1,tcp:80"}},
 		bindAddrs:      []string{"10.96.0.1"},
 	}, tch)
