@@ -17,7 +17,9 @@ import (
 type desiredIndex struct {
 	services map[types.NamespacedName]*serviceState
 	// vs holds every claim on a virtual server key, chained through desiredVS.next.
-	vs        map[vsKey]*desiredVS
+	vs map[vsKey]*desiredVS
+	// setRefs counts the claims on each set entry, except KUBE-IPVS-IPS's: that set
+	// holds exactly the bound addresses, so bindRefs counts its entries too.
 	setRefs   map[setEntry]int
 	setCounts map[string]int // distinct entries per set (base name)
 	// srcRanges are the entries of the LoadBalancer source-range sets by port
@@ -89,11 +91,8 @@ func (ix *desiredIndex) set(name types.NamespacedName, st *serviceState, t *touc
 	for _, a := range st.bindAddrs {
 		if ix.bindRefs[a]++; ix.bindRefs[a] == 1 {
 			t.addrs.Insert(a)
-			// KUBE-IPVS-IPS holds exactly the bound addresses.
-			e := setEntry{setIPVSIPs, a}
-			ix.setRefs[e]++
 			ix.setCounts[setIPVSIPs]++
-			t.entries.Insert(e)
+			t.entries.Insert(setEntry{setIPVSIPs, a})
 		}
 	}
 	for _, r := range st.outFilterRules {
@@ -126,7 +125,10 @@ func (ix *desiredIndex) remove(name types.NamespacedName, old *serviceState, t *
 		if ix.bindRefs[a]--; ix.bindRefs[a] <= 0 {
 			delete(ix.bindRefs, a)
 			t.addrs.Insert(a)
-			ix.unref(setEntry{setIPVSIPs, a}, t)
+			if ix.setCounts[setIPVSIPs]--; ix.setCounts[setIPVSIPs] <= 0 {
+				delete(ix.setCounts, setIPVSIPs)
+			}
+			t.entries.Insert(setEntry{setIPVSIPs, a})
 		}
 	}
 	for _, r := range old.outFilterRules {
@@ -212,7 +214,12 @@ func (ix *desiredIndex) virtualServer(key vsKey) *desiredVS {
 	return best
 }
 
-func (ix *desiredIndex) hasEntry(e setEntry) bool { return ix.setRefs[e] > 0 }
+func (ix *desiredIndex) hasEntry(e setEntry) bool {
+	if e.set == setIPVSIPs {
+		return ix.bindRefs[e.entry] > 0
+	}
+	return ix.setRefs[e] > 0
+}
 func (ix *desiredIndex) hasAddr(a string) bool    { return ix.bindRefs[a] > 0 }
 func (ix *desiredIndex) setEmpty(set string) bool { return ix.setCounts[set] == 0 }
 
@@ -227,6 +234,7 @@ func (ix *desiredIndex) allTouched() *touched {
 	}
 	for a := range ix.bindRefs {
 		t.addrs.Insert(a)
+		t.entries.Insert(setEntry{setIPVSIPs, a})
 	}
 	t.outFilter, t.health = true, true
 	return t

@@ -80,6 +80,11 @@ func (p *Proxier) growSets(ctx context.Context, stats *SyncStats) error {
 // desiredEntries lists the members the index wants in one set (base name), sorted.
 func (p *Proxier) desiredEntries(base string) []string {
 	var entries []string
+	if base == setIPVSIPs {
+		for a := range p.index.bindRefs {
+			entries = append(entries, a)
+		}
+	}
 	for e := range p.index.setRefs {
 		if e.set == base {
 			entries = append(entries, e.entry)
