@@ -23,7 +23,7 @@ var (
 		"kube-proxy-ipvs.io/scheduler", "kube-proxy-ipvs.io/scheduler-flags",
 		"kube-router.io/service.scheduler", "kube-router.io/service.schedflags",
 	}
-	sliceLabels = []string{discovery.LabelServiceName, discovery.LabelManagedBy}
+	sliceLabels = []string{discovery.LabelServiceName}
 	// sliceAnnotations: the trigger time feeds the network programming latency metric.
 	sliceAnnotations = []string{v1.EndpointsLastChangeTriggerTime}
 )
@@ -42,9 +42,9 @@ var (
 //     affinity and its config, loadBalancerSourceRanges, external and internal
 //     traffic policies, healthCheckNodePort, trafficDistribution; status load
 //     balancer ingress IP and ipMode.
-//   - EndpointSlice: name, namespace, resourceVersion, the labels and annotations
+//   - EndpointSlice: name, namespace, resourceVersion, the label and annotation
 //     above; addressType; ports (name, protocol, port); per endpoint addresses,
-//     conditions, nodeName, zone and hints.
+//     conditions, nodeName, zone and hints (in an array without spare capacity).
 //   - Node (this node only): everything but managed fields, the last-applied copy and
 //     the image list.
 //
@@ -129,6 +129,11 @@ func trimSlice(s *discovery.EndpointSlice) {
 		p := &s.Ports[i]
 		s.Ports[i] = discovery.EndpointPort{Name: internPtr(p.Name), Protocol: internProtocolPtr(p.Protocol), Port: p.Port}
 	}
+	endpoints := s.Endpoints
+	if cap(endpoints) > len(endpoints) {
+		// A decoder appends: up to half of the array is spare capacity.
+		endpoints = make([]discovery.Endpoint, len(s.Endpoints))
+	}
 	for i := range s.Endpoints {
 		ep := &s.Endpoints[i]
 		hints := ep.Hints
@@ -140,7 +145,7 @@ func trimSlice(s *discovery.EndpointSlice) {
 				hints.ForNodes[j].Name = intern(hints.ForNodes[j].Name)
 			}
 		}
-		s.Endpoints[i] = discovery.Endpoint{
+		endpoints[i] = discovery.Endpoint{
 			Addresses: ep.Addresses,
 			Conditions: discovery.EndpointConditions{
 				Ready:       sharedBool(ep.Conditions.Ready),
@@ -152,6 +157,7 @@ func trimSlice(s *discovery.EndpointSlice) {
 			Hints:    hints,
 		}
 	}
+	s.Endpoints = endpoints
 }
 
 // keepOnly returns m reduced to keys: m itself when it has no other key, nil when it

@@ -143,7 +143,7 @@ func TestTrimForCache(t *testing.T) {
 	wantSlice := fullSlice()
 	wantSlice.ObjectMeta = metav1.ObjectMeta{
 		Name: "web", Namespace: "ns", ResourceVersion: "42",
-		Labels:      map[string]string{discovery.LabelServiceName: "web", discovery.LabelManagedBy: "endpointslice-controller.k8s.io"},
+		Labels:      map[string]string{discovery.LabelServiceName: "web"},
 		Annotations: map[string]string{v1.EndpointsLastChangeTriggerTime: "2026-12-01T00:00:00Z"},
 	}
 	for i := range wantSlice.Endpoints {
@@ -179,6 +179,14 @@ func TestTrimForCache(t *testing.T) {
 	}
 	if unsafe.StringData(other.Namespace) != unsafe.StringData(slice.Namespace) {
 		t.Errorf("namespaces are not shared")
+	}
+	spare := fullSlice()
+	spare.Endpoints = append(make([]discovery.Endpoint, 0, 16), spare.Endpoints...)
+	if _, err := TrimForCache(spare); err != nil {
+		t.Fatal(err)
+	}
+	if len(spare.Endpoints) != 3 || cap(spare.Endpoints) != 3 {
+		t.Errorf("endpoints: len %d cap %d, want the array without spare capacity", len(spare.Endpoints), cap(spare.Endpoints))
 	}
 	if diff := cmp.Diff(slice, slice.DeepCopy()); diff != "" {
 		t.Errorf("deep copy differs:\n%s", diff)
