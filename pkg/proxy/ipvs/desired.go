@@ -190,6 +190,11 @@ func buildServicePort(bc *buildContext, sp servicePort, st *serviceState, vss ma
 		}
 		return vs
 	}
+	// The port's virtual servers that choose the same endpoints share one list of real
+	// servers (lists are never changed in place): a NodePort Service's ClusterIP and
+	// node-port virtual servers hold one list, or two when a traffic policy is Local.
+	var rsLists [2][]desiredRS // by whether only local endpoints were chosen
+	var rsBuilt [2]bool
 	// addVS records a virtual server; internal says it is the ClusterIP one, governed by
 	// internalTrafficPolicy rather than externalTrafficPolicy.
 	addVS := func(vs *ipvs.VirtualServer, onlyLocal, internal bool) {
@@ -201,8 +206,15 @@ func buildServicePort(bc *buildContext, sp servicePort, st *serviceState, vss ma
 				st.noLocalExternal = true
 			}
 		}
+		i := 0
+		if local {
+			i = 1
+		}
+		if !rsBuilt[i] {
+			rsLists[i], rsBuilt[i] = realServersFor(bc, svc, eps, sp.endpoints, local), true
+		}
 		k := keyOfVS(vs)
-		vss[k] = &desiredVS{port: sp.name, vs: vs, key: k, realServers: realServersFor(bc, svc, eps, sp.endpoints, local)}
+		vss[k] = &desiredVS{port: sp.name, vs: vs, key: k, realServers: rsLists[i]}
 	}
 
 	self := sp.name.NamespacedName
