@@ -60,6 +60,7 @@ func sortedLines(s string) []string {
 // the "ip/ip6 kube-proxy" nftables tables; every foreign chain, rule, set,
 // set member and nftables table survives.
 func TestCleanupKeepsForeignKUBEState(t *testing.T) {
+	defaultBackendOnly(t)
 	dumpOnFailure(t)
 	ctx := context.Background()
 	pauseOurKubeProxy(t, ctx)

@@ -461,6 +461,7 @@ func runManifestOnBareNode(t *testing.T, ctx context.Context, ns, name string) {
 // run in the VM exactly as written (runManifestOnBareNode) with the token of
 // its own kube-proxy-ipvs ServiceAccount.
 func TestStandaloneManifestRunsAsWritten(t *testing.T) {
+	defaultBackendOnly(t)
 	dumpOnFailure(t)
 	ctx := context.Background()
 	objs := readManifest(t, "deploy/standalone/kube-proxy-ipvs.yaml")
@@ -490,6 +491,7 @@ func TestStandaloneManifestRunsAsWritten(t *testing.T) {
 // kubeconfig.conf and the kube-proxy ServiceAccount's system:node-proxier
 // binding.
 func TestKubeadmMigrationManifestRunsAsWritten(t *testing.T) {
+	defaultBackendOnly(t)
 	dumpOnFailure(t)
 	ctx := context.Background()
 	applyObjects(t, ctx, "kubeadm", readManifest(t, "deploy/testdata/kubeadm-v1.37.2-addon-kube-proxy.yaml"))

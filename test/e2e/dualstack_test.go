@@ -80,10 +80,40 @@ func TestDualStack(t *testing.T) {
 		}
 	}
 
-	// The IPv6 state, as upstream shapes it.
-	guest(t, ctx, fmt.Sprintf(`ipset test KUBE-6-CLUSTER-IP %s,tcp:80 && ipset test KUBE-6-NODE-PORT-TCP %d && ipset test KUBE-6-LOOP-BACK %s,tcp:8080,%s`, v6, np, pods[0].IP6, pods[0].IP6))
-	guest(t, ctx, "ip6tables-save -t nat | grep -q -- '-A KUBE-SERVICES .*--match-set KUBE-6-CLUSTER-IP dst,dst'")
+	// The IPv6 state, as upstream shapes it (the nftables pass: the table's ip6- half).
 	guest(t, ctx, "ip -6 addr show dev kube-ipvs0 | grep -q 'inet6 "+v6+"/128'")
+	guest(t, ctx, framework.ServicesRuleUsesClusterIPs(true))
+	if framework.NFTablesPass() {
+		dualStackNFTables(t, ctx, v6, np, pods[0].IP6)
+	} else {
+		dualStackIPTables(t, ctx, v6, np, pods[0].IP6)
+	}
+
+	// Deleting the Service removes both families' state.
+	if err := framework.DeleteService(ctx, cp.Client, svc); err != nil {
+		t.Fatal(err)
+	}
+	err = framework.Eventually(ctx, 60*time.Second, time.Second, func(ctx context.Context) error {
+		out, err := vm.Sh(ctx, "ipvsadm -Ln | grep -c -F -e '["+v6+"]:80' -e '"+v4+":80' || true")
+		if err != nil {
+			return err
+		}
+		if strings.TrimSpace(out) != "0" {
+			return fmt.Errorf("%s virtual servers of the deleted Service remain", strings.TrimSpace(out))
+		}
+		return nil
+	})
+	if err != nil {
+		t.Error(err)
+	}
+}
+
+// dualStackIPTables checks the iptables backend's IPv6 state: the KUBE-6-*
+// sets hold the Service's members, every IPv4 set has its KUBE-6 counterpart,
+// the IPv6 chains are the IPv4 ones, and every IPv6 rule has an IPv4 twin.
+func dualStackIPTables(t *testing.T, ctx context.Context, v6 string, np int32, ip6 string) {
+	t.Helper()
+	guest(t, ctx, fmt.Sprintf(`ipset test KUBE-6-CLUSTER-IP %s,tcp:80 && ipset test KUBE-6-NODE-PORT-TCP %d && ipset test KUBE-6-LOOP-BACK %s,tcp:8080,%s`, v6, np, ip6, ip6))
 
 	sets := func(family string) []string {
 		out := guest(t, ctx, `ipset list -t | awk '/^Name:/ {n=$2} /^Header:/ {for (i=1;i<NF;i++) if ($i=="family") print n, $(i+1)}'`)
@@ -131,22 +161,41 @@ func TestDualStack(t *testing.T) {
 			t.Errorf("no IPv6 rule %q (KUBE-6- read as KUBE-) in:\n%s", r, strings.Join(r6, "\n"))
 		}
 	}
+}
 
-	// Deleting the Service removes both families' state.
-	if err := framework.DeleteService(ctx, cp.Client, svc); err != nil {
+// dualStackNFTables checks the nftables backend's IPv6 half of the table: its
+// sets hold the Service's members, it has every chain, set and rule the IPv4
+// half has (with the family's prefix, address type and match), and nothing
+// else.
+func dualStackNFTables(t *testing.T, ctx context.Context, v6 string, np int32, ip6 string) {
+	t.Helper()
+	guest(t, ctx, fmt.Sprintf("%s | grep -qx '%s,tcp:80' && %s | grep -qx '%d' && %s | grep -qx '%s,tcp:8080,%s'",
+		framework.ListSet("KUBE-6-CLUSTER-IP"), v6, framework.ListSet("KUBE-6-NODE-PORT-TCP"), np, framework.ListSet("KUBE-6-LOOP-BACK"), ip6, ip6))
+	canon, err := nftTable(ctx, vm.Sh)
+	if err != nil {
 		t.Fatal(err)
 	}
-	err = framework.Eventually(ctx, 60*time.Second, time.Second, func(ctx context.Context) error {
-		out, err := vm.Sh(ctx, "ipvsadm -Ln | grep -c -F -e '["+v6+"]:80' -e '"+v4+":80' || true")
-		if err != nil {
-			return err
+	if m := nftIncomplete(canon, "ip-", "ip6-"); len(m) > 0 {
+		t.Fatalf("the table lacks %s:\n%s", strings.Join(m, "; "), canon)
+	}
+	// The IPv6 half, read as IPv4: the same objects and rules. Elements and
+	// the rules naming addresses (the cluster CIDR, loopback, node addresses)
+	// differ by family and are left out.
+	family := strings.NewReplacer(" ip6-", " ip-", "@ip6-", "@ip-", "ip6 saddr", "ip saddr", "ip6 daddr", "ip daddr",
+		"ipv6_addr", "ipv4_addr", "nfproto ipv6", "nfproto ipv4", "icmpv6", "icmp")
+	half := func(prefix string) []string {
+		var out []string
+		for _, l := range strings.Split(canon, "\n") {
+			f := strings.Fields(l)
+			if len(f) < 2 || f[0] == "element" || !strings.HasPrefix(f[1], prefix) || strings.ContainsAny(l, ":/") && f[0] == "rule" {
+				continue
+			}
+			out = append(out, family.Replace(l))
 		}
-		if strings.TrimSpace(out) != "0" {
-			return fmt.Errorf("%s virtual servers of the deleted Service remain", strings.TrimSpace(out))
-		}
-		return nil
-	})
-	if err != nil {
-		t.Error(err)
+		slices.Sort(out)
+		return out
+	}
+	if h4, h6 := half("ip-"), half("ip6-"); !slices.Equal(h4, h6) {
+		t.Errorf("the table's IPv6 half (read as IPv4) differs from its IPv4 half:\nIPv4:\n%s\nIPv6:\n%s", strings.Join(h4, "\n"), strings.Join(h6, "\n"))
 	}
 }

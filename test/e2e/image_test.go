@@ -66,6 +66,7 @@ done`
 // it runs none of the VM root's own copies of ipset, iptables, conntrack or
 // nft (a tripwire on them records callers). Traffic flows through the Service.
 func TestDaemonRunsFromImage(t *testing.T) {
+	defaultBackendOnly(t)
 	img := vm.Image()
 	if img == nil {
 		t.Fatal("FAIL LOUDLY: the VM has no image root filesystem (KPI_E2E_IMAGE_ROOTFS=0); this scenario proves the image works and cannot run without it")

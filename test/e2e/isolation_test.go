@@ -57,8 +57,8 @@ func TestHostileObjectsIsolated(t *testing.T) {
 
 	waitActive(t, ctx, "TCP", "10.0.2.77:80", backend.IP)
 	waitActive(t, ctx, "TCP", mc.Spec.ClusterIP+":80", backend.IP)
-	guest(t, ctx, "ipset list KUBE-LOAD-BALANCER | grep -qx '10.0.2.77,tcp:80'")
-	if out := guest(t, ctx, "ipset list KUBE-LOAD-BALANCER-FW; ipset list KUBE-LOAD-BALANCER-SOURCE-CIDR"); strings.Contains(out, "10.0.2.77") {
+	guest(t, ctx, framework.ListSet("KUBE-LOAD-BALANCER")+" | grep -qx '10.0.2.77,tcp:80'")
+	if out := guest(t, ctx, framework.ListSet("KUBE-LOAD-BALANCER-FW")+"; "+framework.ListSet("KUBE-LOAD-BALANCER-SOURCE-CIDR")); strings.Contains(out, "10.0.2.77") {
 		t.Errorf("0.0.0.0/0 programmed as a filter:\n%s", out)
 	}
 	if out := guest(t, ctx, "ipvsadm -Ln"); strings.Contains(out, "239.1.2.3") {

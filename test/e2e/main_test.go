@@ -48,6 +48,11 @@ func run(m *testing.M) int {
 		fmt.Println("e2e: FAIL: the end-to-end suite must run as root (qemu, namespaces in the VM)")
 		return 1
 	}
+	if err := framework.CheckRulesBackend(); err != nil {
+		fmt.Println("e2e: FAIL:", err)
+		return 1
+	}
+	logf("our daemon's rules backend in this run: %s (KPI_E2E_RULES_BACKEND)", framework.RulesBackend())
 	ctx := context.Background()
 	var err error
 	if repoRoot, err = framework.RepoRoot(); err != nil {
@@ -140,6 +145,16 @@ func requireKubeProxy(t *testing.T) {
 	}
 	if !node.KubeProxyRunning(context.Background()) {
 		t.Fatalf("kube-proxy died during the suite; log tail:\n%s", node.KubeProxyLog(context.Background(), 40))
+	}
+}
+
+// defaultBackendOnly fails a scenario that runs with the default rules backend
+// only (test/e2e/run.sh lists them and why) when this run gives the daemon
+// another: its checks would not hold.
+func defaultBackendOnly(t *testing.T) {
+	t.Helper()
+	if framework.NFTablesPass() {
+		t.Fatalf("FAIL LOUDLY: %s runs with the default rules backend only (see test/e2e/run.sh), not with KPI_E2E_RULES_BACKEND=%s", t.Name(), framework.RulesBackend())
 	}
 }
 

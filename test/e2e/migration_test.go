@@ -370,6 +370,7 @@ func checkAdopted(t *testing.T, ctx context.Context) {
 // servers with their weights) never misses a line of its first sample. Our
 // daemon, after two full syncs, has sent IPVS and kube-ipvs0 no write at all.
 func TestMigrationUpstreamIPVSBothWays(t *testing.T) {
+	defaultBackendOnly(t)
 	ctx, ns := scenario(t, "e2e-migration")
 	pods := addPods(t, ctx, "mig", 2, 2)
 	svc := createService(t, ctx, ns, "web", corev1.ServiceTypeNodePort, pods, framework.ServicePort{Name: "http", Protocol: corev1.ProtocolTCP, Port: 80})
@@ -531,10 +532,12 @@ func testMigrationFromMode(t *testing.T, mode, prefix string, firstPod int) {
 
 // TestMigrationFromUpstreamIPTablesMode: see testMigrationFromMode.
 func TestMigrationFromUpstreamIPTablesMode(t *testing.T) {
+	defaultBackendOnly(t)
 	testMigrationFromMode(t, "iptables", "mipt", 4)
 }
 
 // TestMigrationFromUpstreamNFTablesMode: see testMigrationFromMode.
 func TestMigrationFromUpstreamNFTablesMode(t *testing.T) {
+	defaultBackendOnly(t)
 	testMigrationFromMode(t, "nftables", "mnft", 7)
 }

@@ -35,7 +35,7 @@ var (
 		"proxy-firewall", "source-ranges-firewall", "ipvs-filter", "ipvs-out-filter"}
 	nftSets = []string{"loop-back", "cluster-ip", "external-ip", "external-ip-local", "load-balancer", "load-balancer-fw",
 		"load-balancer-local", "load-balancer-source", "node-port", "node-port-local", "node-port-sctp",
-		"node-port-local-sctp", "health-check-node-port", "ipvs-ips"}
+		"node-port-local-sctp", "health-check-node-port", "ipvs-ips", "quiet"}
 )
 
 // shell runs a bash script on a node: vm.Sh for the suite's node,
@@ -369,6 +369,7 @@ func grepLines(text, prefix string) string {
 // pod's source address is kept throughout. (`--cleanup` after the nftables
 // backend: TestTwoNodeNFTables, on node2.)
 func TestNFTablesBackend(t *testing.T) {
+	defaultBackendOnly(t)
 	ctx, ns := scenario(t, "e2e-nft")
 	t.Cleanup(func() { restoreIPTablesBackend(t) })
 	pods := addPods(t, ctx, "nft", 55, 4) // a, b, c serve; d is a client

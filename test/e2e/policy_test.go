@@ -137,8 +137,8 @@ func TestLoadBalancerSourceRanges(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitActive(t, ctx, "TCP", "10.0.2.61:80", backend.IP)
-	guest(t, ctx, "ipset list KUBE-LOAD-BALANCER-FW | grep -qx '10.0.2.61,tcp:80'")
-	guest(t, ctx, fmt.Sprintf("ipset list KUBE-LOAD-BALANCER-SOURCE-CIDR | grep -Eqx '10.0.2.61,tcp:80,%s(/32)?'", allowed.IP))
+	guest(t, ctx, framework.ListSet("KUBE-LOAD-BALANCER-FW")+" | grep -qx '10.0.2.61,tcp:80'")
+	guest(t, ctx, fmt.Sprintf(framework.ListSet("KUBE-LOAD-BALANCER-SOURCE-CIDR")+" | grep -Eqx '10.0.2.61,tcp:80,%s(/32)?'", allowed.IP))
 
 	expectAnswers(t, ctx, allowed.Name, "tcp", "10.0.2.61:80", 3, map[string]int{backend.Name: 3})
 	out, err := node.ClientFrom(ctx, denied.Name, "tcp", "10.0.2.61:80", 2)
@@ -171,7 +171,7 @@ func TestLoadBalancerIPModeProxy(t *testing.T) {
 	expectAnswers(t, ctx, "", "tcp", "10.0.2.63:80", 2, map[string]int{"ipm-a": 2})
 	out := guest(t, ctx, `ipvsadm -Ln | grep -w '10.0.2.62:80' || true
 ip -4 addr show dev kube-ipvs0 | grep -w 'inet 10.0.2.62/32' || true
-ipset list KUBE-LOAD-BALANCER | grep '^10.0.2.62,' || true`)
+`+framework.ListSet("KUBE-LOAD-BALANCER")+` | grep '^10.0.2.62,' || true`)
 	if strings.TrimSpace(out) != "" {
 		t.Fatalf("the ipMode Proxy ingress IP 10.0.2.62 is programmed:\n%s", out)
 	}
@@ -222,8 +222,8 @@ func TestExternalTrafficPolicyLocal(t *testing.T) {
 	waitActive(t, ctx, "TCP", np, local...)
 	waitActive(t, ctx, "TCP", "10.0.2.64:80", local...)
 	waitActive(t, ctx, "TCP", svc.Spec.ClusterIP+":80", append(local, remote.IP)...)
-	guest(t, ctx, fmt.Sprintf("ipset list KUBE-NODE-PORT-LOCAL-TCP | grep -qx '%d'", nodePort))
-	guest(t, ctx, "ipset list KUBE-LOAD-BALANCER-LOCAL | grep -qx '10.0.2.64,tcp:80'")
+	guest(t, ctx, fmt.Sprintf(framework.ListSet("KUBE-NODE-PORT-LOCAL-TCP")+" | grep -qx '%d'", nodePort))
+	guest(t, ctx, framework.ListSet("KUBE-LOAD-BALANCER-LOCAL")+" | grep -qx '10.0.2.64,tcp:80'")
 
 	// From the node to NodeIP:nodePort: only local pods, no masquerade.
 	out, err := node.Client(ctx, "tcp", np, 4)
@@ -348,8 +348,8 @@ func TestIgnoredServices(t *testing.T) {
 	ip, nodePort := other.Spec.ClusterIP, other.Spec.Ports[0].NodePort
 	out := guest(t, ctx, fmt.Sprintf(`ipvsadm -Ln | grep -e '%[1]s:8080' -e '%[2]s:80' -e ':%[3]d ' || true
 ip -4 addr show dev kube-ipvs0 | grep -w 'inet %[2]s/32' || true
-ipset list KUBE-CLUSTER-IP | grep '^%[2]s,' || true
-ipset list KUBE-NODE-PORT-TCP | grep -x '%[3]d' || true`, pods[0].IP, ip, nodePort))
+`+framework.ListSet("KUBE-CLUSTER-IP")+` | grep '^%[2]s,' || true
+`+framework.ListSet("KUBE-NODE-PORT-TCP")+` | grep -x '%[3]d' || true`, pods[0].IP, ip, nodePort))
 	if strings.TrimSpace(out) != "" {
 		t.Fatalf("a headless or other-proxy Service is programmed:\n%s", out)
 	}
@@ -380,7 +380,7 @@ func TestSCTP(t *testing.T) {
 	svc := createService(t, ctx, ns, "sctp", corev1.ServiceTypeClusterIP, pods, framework.ServicePort{Name: "sctp", Protocol: corev1.ProtocolSCTP, Port: 80})
 	vip := svc.Spec.ClusterIP + ":80"
 	waitRealServers(t, ctx, "SCTP", vip, masq(pods))
-	guest(t, ctx, fmt.Sprintf("ipset list KUBE-CLUSTER-IP | grep -qx '%s,sctp:80'", svc.Spec.ClusterIP))
+	guest(t, ctx, fmt.Sprintf(framework.ListSet("KUBE-CLUSTER-IP")+" | grep -qx '%s,sctp:80'", svc.Spec.ClusterIP))
 	expectAnswers(t, ctx, "", "sctp", vip, 4, map[string]int{"sctp-a": 2, "sctp-b": 2})
 }
 

@@ -210,7 +210,8 @@ func TestAPIServerRestart(t *testing.T) {
 
 // TestTamperingRepaired: state removed behind kube-proxy's back (a virtual
 // server, a real server, an ipset's entries, a KUBE chain's rules, the jump
-// into KUBE-POSTROUTING, a kube-ipvs0 address) is back within the periodic
+// into KUBE-POSTROUTING, a kube-ipvs0 address; in the nftables pass a set's
+// elements, a chain's rules, a base chain's jump and the whole table) is back within the periodic
 // resync (syncPeriod 10 s, plus slack for the slow TCG VM), and the Service
 // answers again.
 func TestTamperingRepaired(t *testing.T) {
@@ -226,15 +227,27 @@ func TestTamperingRepaired(t *testing.T) {
 			fmt.Sprintf("ipvsadm -Ln -t %s | grep -q %s:8080", vip, pods[0].IP)},
 		{"real server deleted", fmt.Sprintf("ipvsadm -d -t %s -r %s:8080", vip, pods[1].IP),
 			fmt.Sprintf("ipvsadm -Ln -t %s | grep -q %s:8080", vip, pods[1].IP)},
-		{"ipset flushed", "ipset flush KUBE-CLUSTER-IP",
-			fmt.Sprintf("ipset list KUBE-CLUSTER-IP | grep -qx '%s,tcp:80'", ip)},
-		{"KUBE-SERVICES flushed", "iptables -t nat -F KUBE-SERVICES",
-			"iptables-save -t nat | grep -q -- '-A KUBE-SERVICES .*--match-set KUBE-CLUSTER-IP dst,dst'"},
-		{"jump to KUBE-POSTROUTING deleted", "eval iptables -t nat $(iptables -t nat -S POSTROUTING | grep -m1 -- '-j KUBE-POSTROUTING' | sed 's/^-A/-D/')",
-			"iptables -t nat -S POSTROUTING | grep -q -- '-j KUBE-POSTROUTING'"},
-		{"kube-ipvs0 address removed", fmt.Sprintf("ip addr del %s/32 dev kube-ipvs0", ip),
-			fmt.Sprintf("ip -4 addr show dev kube-ipvs0 | grep -qw 'inet %s/32'", ip)},
 	}
+	member := fmt.Sprintf(framework.ListSet("KUBE-CLUSTER-IP")+" | grep -qx '%s,tcp:80'", ip)
+	if framework.NFTablesPass() {
+		table := framework.NFTablesTable
+		cases = append(cases, []struct{ name, tamper, check string }{
+			{"set flushed", "nft flush set " + table + " ip-cluster-ip", member},
+			{"services chain flushed", "nft flush chain " + table + " ip-services", framework.ServicesRuleUsesClusterIPs(false)},
+			{"base chain's jump to postrouting deleted", "nft flush chain " + table + " ip-nat-postrouting",
+				"nft list chain " + table + " ip-nat-postrouting | grep -q 'jump ip-postrouting'"},
+			{"table deleted", "nft delete table " + table, member + " && " + framework.ServicesRuleUsesClusterIPs(false)},
+		}...)
+	} else {
+		cases = append(cases, []struct{ name, tamper, check string }{
+			{"ipset flushed", "ipset flush KUBE-CLUSTER-IP", member},
+			{"KUBE-SERVICES flushed", "iptables -t nat -F KUBE-SERVICES", framework.ServicesRuleUsesClusterIPs(false)},
+			{"jump to KUBE-POSTROUTING deleted", "eval iptables -t nat $(iptables -t nat -S POSTROUTING | grep -m1 -- '-j KUBE-POSTROUTING' | sed 's/^-A/-D/')",
+				"iptables -t nat -S POSTROUTING | grep -q -- '-j KUBE-POSTROUTING'"},
+		}...)
+	}
+	cases = append(cases, struct{ name, tamper, check string }{"kube-ipvs0 address removed", fmt.Sprintf("ip addr del %s/32 dev kube-ipvs0", ip),
+		fmt.Sprintf("ip -4 addr show dev kube-ipvs0 | grep -qw 'inet %s/32'", ip)})
 	var took []string
 	for _, c := range cases {
 		guest(t, ctx, c.check) // present before

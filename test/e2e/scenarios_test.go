@@ -80,8 +80,8 @@ func TestClusterIPTCPRoundRobin(t *testing.T) {
 		t.Errorf("scheduler of %s = %q, want rr", vip, sched)
 	}
 	guest(t, ctx, fmt.Sprintf("ip -4 addr show dev kube-ipvs0 | grep -qw 'inet %s/32'", svc.Spec.ClusterIP))
-	guest(t, ctx, fmt.Sprintf("ipset list KUBE-CLUSTER-IP | grep -qx '%s,tcp:80'", svc.Spec.ClusterIP))
-	guest(t, ctx, "iptables-save -t nat | grep -q -- '-A KUBE-SERVICES .*--match-set KUBE-CLUSTER-IP dst,dst'")
+	guest(t, ctx, fmt.Sprintf(framework.ListSet("KUBE-CLUSTER-IP")+" | grep -qx '%s,tcp:80'", svc.Spec.ClusterIP))
+	guest(t, ctx, framework.ServicesRuleUsesClusterIPs(false))
 
 	expectAnswers(t, ctx, "", "tcp", vip, 9, map[string]int{"rr-a": 3, "rr-b": 3, "rr-c": 3})
 	// From a pod (rr-a) too: the reply path crosses br_netfilter, and rr-a
@@ -103,7 +103,7 @@ func TestClusterIPUDP(t *testing.T) {
 	svc := createService(t, ctx, ns, "dns", corev1.ServiceTypeClusterIP, pods, framework.ServicePort{Name: "dns", Protocol: corev1.ProtocolUDP, Port: 53})
 	vip := svc.Spec.ClusterIP + ":53"
 	waitRealServers(t, ctx, "UDP", vip, masq(pods))
-	guest(t, ctx, fmt.Sprintf("ipset list KUBE-CLUSTER-IP | grep -qx '%s,udp:53'", svc.Spec.ClusterIP))
+	guest(t, ctx, fmt.Sprintf(framework.ListSet("KUBE-CLUSTER-IP")+" | grep -qx '%s,udp:53'", svc.Spec.ClusterIP))
 	expectAnswers(t, ctx, "", "udp", vip, 4, map[string]int{"udp-a": 2, "udp-b": 2})
 }
 
@@ -121,7 +121,7 @@ func TestNodePortFromNode(t *testing.T) {
 	addr := fmt.Sprintf("%s:%d", framework.NodeIP, nodePort)
 	waitRealServers(t, ctx, "TCP", addr, masq(pods))
 	waitRealServers(t, ctx, "TCP", svc.Spec.ClusterIP+":80", masq(pods))
-	guest(t, ctx, fmt.Sprintf("ipset list KUBE-NODE-PORT-TCP | grep -qx '%d'", nodePort))
+	guest(t, ctx, fmt.Sprintf(framework.ListSet("KUBE-NODE-PORT-TCP")+" | grep -qx '%d'", nodePort))
 	expectAnswers(t, ctx, "", "tcp", addr, 4, map[string]int{"np-a": 2, "np-b": 2})
 	// From a pod that is not an endpoint: pod -> NodeIP:nodePort -> both pods.
 	client := addPods(t, ctx, "npc", 49, 1)[0]
@@ -145,7 +145,7 @@ func TestServiceDeletionLeavesNothing(t *testing.T) {
 	err := framework.Eventually(ctx, 60*time.Second, time.Second, func(ctx context.Context) error {
 		out, err := vm.Sh(ctx, fmt.Sprintf(`ipvsadm -Ln | grep -w '%[1]s:80' || true
 ip -4 addr show dev kube-ipvs0 | grep -w 'inet %[1]s/32' || true
-ipset list KUBE-CLUSTER-IP | grep '^%[1]s,' || true`, ip))
+`+framework.ListSet("KUBE-CLUSTER-IP")+` | grep '^%[1]s,' || true`, ip))
 		if err != nil {
 			return err
 		}
@@ -252,7 +252,7 @@ func TestExternalIP(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = framework.DeleteService(context.Background(), cp.Client, svc) })
 	waitRealServers(t, ctx, "TCP", "10.0.2.50:80", masq(pods))
-	guest(t, ctx, "ipset list KUBE-EXTERNAL-IP | grep -qx '10.0.2.50,tcp:80'")
+	guest(t, ctx, framework.ListSet("KUBE-EXTERNAL-IP")+" | grep -qx '10.0.2.50,tcp:80'")
 	expectAnswers(t, ctx, "", "tcp", "10.0.2.50:80", 4, map[string]int{"ext-a": 2, "ext-b": 2})
 }
 
@@ -300,7 +300,7 @@ func TestPodToServiceSourceIP(t *testing.T) {
 	if !strings.HasPrefix(out, "src-b from=") || strings.HasPrefix(out, "src-b from="+pods[1].IP+":") {
 		t.Errorf("hairpin src-b -> %s -> src-b: answer %q, want an answer from a masqueraded source", vip, out)
 	}
-	guest(t, ctx, fmt.Sprintf("ipset list KUBE-LOOP-BACK | grep -qx '%[1]s,tcp:8080,%[1]s'", pods[1].IP))
+	guest(t, ctx, fmt.Sprintf(framework.ListSet("KUBE-LOOP-BACK")+" | grep -qx '%[1]s,tcp:8080,%[1]s'", pods[1].IP))
 }
 
 // TestLoadBalancerIngressIP: a LoadBalancer Service whose status carries an
@@ -315,7 +315,7 @@ func TestLoadBalancerIngressIP(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitRealServers(t, ctx, "TCP", "10.0.2.60:80", masq(pods))
-	guest(t, ctx, "ipset list KUBE-LOAD-BALANCER | grep -qx '10.0.2.60,tcp:80'")
+	guest(t, ctx, framework.ListSet("KUBE-LOAD-BALANCER")+" | grep -qx '10.0.2.60,tcp:80'")
 	expectAnswers(t, ctx, "", "tcp", "10.0.2.60:80", 4, map[string]int{"lb-a": 2, "lb-b": 2})
 }
 
@@ -404,7 +404,8 @@ func vsConnections(t *testing.T, ctx context.Context, vip string) int {
 
 // TestCleanupLeavesNothing (runs after the restart scenario): `kube-proxy
 // --cleanup` on a node where it ran removes kube-ipvs0, every IPVS virtual
-// server, the KUBE-* ipsets and the KUBE-* iptables chains.
+// server, the KUBE-* ipsets, the KUBE-* iptables chains and the nftables
+// backend's table.
 func TestCleanupLeavesNothing(t *testing.T) {
 	requireKubeProxy(t)
 	dumpOnFailure(t)
@@ -416,6 +417,7 @@ func TestCleanupLeavesNothing(t *testing.T) {
 	out := guest(t, ctx, `ip link show kube-ipvs0 2>/dev/null | head -1
 ipvsadm -Ln | awk 'NR>3'
 ipset list -n | grep '^KUBE-' || true
+nft list table `+framework.NFTablesTable+` >/dev/null 2>&1 && echo 'table `+framework.NFTablesTable+`'
 `+kubeProxyChains)
 	if strings.TrimSpace(out) != "" {
 		t.Fatalf("left behind after kube-proxy --cleanup:\n%s", out)
@@ -429,6 +431,7 @@ ipset list -n | grep '^KUBE-' || true
 // --cleanup` removes all of it but leaves kubelet's KUBE- chains, a foreign
 // chain and a foreign virtual server alone.
 func TestCleanupUpstreamIPVSState(t *testing.T) {
+	defaultBackendOnly(t)
 	dumpOnFailure(t)
 	ctx := context.Background()
 	if node.KubeProxyRunning(ctx) {

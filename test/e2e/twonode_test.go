@@ -591,7 +591,7 @@ func TestTwoNodeLoadBalancerSourceRanges(t *testing.T) {
 	np := svc.Spec.Ports[0].NodePort
 	for _, n := range two.Nodes {
 		waitOn(t, ctx, n, "TCP", lbIP+":80", a.IP, b.IP)
-		if _, err := n.Sh(ctx, fmt.Sprintf("ipset list KUBE-LOAD-BALANCER-SOURCE-CIDR | grep -Eqx '%s,tcp:80,%s(/32)?'", lbIP, framework.OutsideIP)); err != nil {
+		if _, err := n.Sh(ctx, fmt.Sprintf(framework.ListSet("KUBE-LOAD-BALANCER-SOURCE-CIDR")+" | grep -Eqx '%s,tcp:80,%s(/32)?'", lbIP, framework.OutsideIP)); err != nil {
 			t.Fatalf("%s: no KUBE-LOAD-BALANCER-SOURCE-CIDR entry for %s: %v", n.Name, framework.OutsideIP, err)
 		}
 	}

@@ -235,6 +235,7 @@ EOF`, dst))
 //
 // Then `kube-proxy --cleanup` on node2 removes the table.
 func TestTwoNodeNFTables(t *testing.T) {
+	defaultBackendOnly(t)
 	ctx, ns := twoNodeScenario(t, "e2e-2n-nft")
 	defer twoDumpOnFailure(t)
 	began := time.Now()

@@ -420,7 +420,7 @@ func TestTwoNodeSoak(t *testing.T) {
 		for _, rs := range got.Draining {
 			draining += len(rs)
 		}
-		line := fmt.Sprintf("%s final state: %d virtual servers, %d ipset members compared, %d kube-ipvs0 addresses, %d KUBE iptables rules in %d chains, %d draining real servers; differences from the API state: %d",
+		line := fmt.Sprintf("%s final state: %d virtual servers, %d set members compared (ipsets, or the nftables sets holding them), %d kube-ipvs0 addresses, %d KUBE iptables rules in %d chains, %d draining real servers; differences from the API state: %d",
 			n.Name, len(got.VS), countMembers(got), len(got.Addrs), got.KubeRules, got.KubeChains, draining, len(diff))
 		fmt.Fprintf(&report, "\n%s\n", line)
 		t.Log(line)

@@ -14,7 +14,8 @@ import (
 )
 
 // NodeState is the part of a node's kernel state that follows from the API
-// objects: IPVS virtual servers with their real servers, the Service ipsets,
+// objects: IPVS virtual servers with their real servers, the Service ipsets
+// (in the nftables pass, the elements of the sets that hold their members),
 // and the addresses on kube-ipvs0.
 type NodeState struct {
 	// VS maps "TCP 10.96.0.10:80" to its active (weight > 0) real servers
@@ -39,7 +40,17 @@ var ComparedSets = []string{"KUBE-CLUSTER-IP", "KUBE-EXTERNAL-IP", "KUBE-LOAD-BA
 
 // ReadNodeState reads a node's kernel state in one guest call.
 func ReadNodeState(ctx context.Context, n *ClusterNode) (*NodeState, error) {
-	out, err := n.Sh(ctx, `echo '#IPVS'; ipvsadm -Ln; echo '#IPSET'; ipset save; echo '#ADDR'; ip -4 -o addr show dev kube-ipvs0;
+	sets := "ipset save"
+	if NFTablesPass() {
+		// The nftables backend's elements, in `ipset save`'s form.
+		var b strings.Builder
+		for _, s := range ComparedSets {
+			fmt.Fprintf(&b, "{ %s; } | sed 's/^/add %s /'\n", ListSet(s), s)
+		}
+		sets = b.String()
+	}
+	out, err := n.Sh(ctx, `echo '#IPVS'; ipvsadm -Ln; echo '#IPSET'; `+sets+`
+echo '#ADDR'; ip -4 -o addr show dev kube-ipvs0;
 echo '#NODEADDR'; ip -4 -o addr show | grep -v -w -e kube-ipvs0 -e lo; echo '#IPT'; iptables-save`)
 	if err != nil {
 		return nil, err

@@ -118,7 +118,8 @@ ipvs:
 // image root filesystem when the VM has one: VM.KubeProxyCommand): --config
 // with a KubeProxyConfiguration (mode ipvs) and --kubeconfig with the
 // system:kube-proxy token pointing at https://10.0.2.100:6443; flags are
-// more command-line flags (e.g. NFTablesBackend).
+// more command-line flags (e.g. NFTablesBackend; without a backend flag, the
+// pass's backend: RulesBackend).
 func (n *Node) StartKubeProxy(ctx context.Context, cp *ControlPlane, config string, flags ...string) error {
 	if err := n.VM.WriteFile(ctx, "/kpi/kube-proxy/kubeconfig", cp.ProxyKubeconfig(), 0o600); err != nil {
 		return err
@@ -127,7 +128,7 @@ func (n *Node) StartKubeProxy(ctx context.Context, cp *ControlPlane, config stri
 		return err
 	}
 	pid, err := n.VM.Start(ctx, n.ProxyLogPath, n.VM.KubeProxyCommand(append([]string{
-		"--config=/kpi/kube-proxy/config.yaml", "--kubeconfig=/kpi/kube-proxy/kubeconfig", "--v=2"}, flags...)...)...)
+		"--config=/kpi/kube-proxy/config.yaml", "--kubeconfig=/kpi/kube-proxy/kubeconfig", "--v=2"}, withBackend(flags)...)...)...)
 	if err != nil {
 		return fmt.Errorf("starting kube-proxy in the VM: %w", err)
 	}

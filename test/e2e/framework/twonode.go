@@ -341,7 +341,7 @@ func (n *ClusterNode) StartKubeProxy(ctx context.Context, cp *ControlPlane, extr
 		return err
 	}
 	pid, err := n.vm.Start(ctx, n.logPath, n.in(n.vm.KubeProxyCommand(append([]string{
-		"--config=" + n.dir + "/config.yaml", "--kubeconfig=" + n.dir + "/kubeconfig", "--v=2"}, flags...)...)...)...)
+		"--config=" + n.dir + "/config.yaml", "--kubeconfig=" + n.dir + "/kubeconfig", "--v=2"}, withBackend(flags)...)...)...)...)
 	if err != nil {
 		return fmt.Errorf("starting kube-proxy on %s: %w", n.Name, err)
 	}
