@@ -25,6 +25,7 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	discovery "k8s.io/api/discovery/v1"
 	testingclock "k8s.io/utils/clock/testing"
 
 	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/proxy/config"
@@ -58,15 +59,32 @@ func benchSizes(b *testing.B) []int {
 
 const benchEndpointsPerService = 10
 
-// benchCluster is a cluster of n Services as the daemon's informers cache it: every
-// object has been through their transform (config.TrimForCache).
+// benchCluster is a cluster of n Services as the daemon's informers cache it: each
+// object decoded from protobuf, as a client receives it from the apiserver, and put
+// through the informers' transform (config.TrimForCache), one at a time.
 func benchCluster(n int) *cluster.Cluster {
 	c := cluster.New(cluster.Spec{Services: n, EndpointsPerService: benchEndpointsPerService})
 	for i := range c.Services {
-		cached(c.Services[i])
-		cached(c.Slices[i])
+		c.Services[i] = cached(decoded(c.Services[i], &v1.Service{}))
+		c.Slices[i] = cached(decoded(c.Slices[i], &discovery.EndpointSlice{}))
 	}
 	return c
+}
+
+// decoded returns obj as a client decodes it: obj encoded to protobuf and decoded
+// into out, every string and pointer of its own.
+func decoded[T interface {
+	Marshal() ([]byte, error)
+	Unmarshal([]byte) error
+}](obj, out T) T {
+	data, err := obj.Marshal()
+	if err == nil {
+		err = out.Unmarshal(data)
+	}
+	if err != nil {
+		panic(err)
+	}
+	return out
 }
 
 // cached applies the informers' transform to obj, in place.
@@ -407,8 +425,8 @@ func writeHeapProfile(b *testing.B) {
 }
 
 // BenchmarkSteadyStateHeap measures the heap at steady state and splits it by
-// dropping one part at a time: the API objects (what the informer caches hold: the
-// generated objects through the informers' transform), the
+// dropping one part at a time: the API objects (what the informer caches hold: see
+// benchCluster), the
 // proxier (trackers, maps, desired index, applied state), and the fake kernel (which
 // on a node lives in the kernel, not in the daemon). heap-MiB is objects + proxier:
 // what the daemon itself would hold. Each iteration is one incremental sync, so the
