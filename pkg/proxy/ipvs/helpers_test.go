@@ -150,6 +150,8 @@ func (e *testEnv) add(o any) {
 func (e *testEnv) sync() SyncStats {
 	e.t.Helper()
 	e.p.syncProxyRules()
+	// Removals beside the loop (cleanup_beside.go) end before the test looks.
+	e.p.waitBeside()
 	return e.p.LastSyncStats()
 }
 

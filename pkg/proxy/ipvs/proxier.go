@@ -165,9 +165,12 @@ type Proxier struct {
 	// every member and rule).
 	rules               rulesBackend
 	otherBackendRemoved bool
-	draining            map[drainKey]int64 // TCP real servers at weight 0 whose endpoint is gone -> deadline (unix ns)
-	retryDelay          time.Duration
-	hcSynced            bool
+	// beside is the run of those removals beside the sync loop (nil when none;
+	// cleanup_beside.go).
+	beside     *besideRun
+	draining   map[drainKey]int64 // TCP real servers at weight 0 whose endpoint is gone -> deadline (unix ns)
+	retryDelay time.Duration
+	hcSynced   bool
 
 	// Failure isolation: objects the kernel refused, retried with backoff; values not
 	// programmed at all; the ClusterIP keys external addresses must not take.
@@ -488,12 +491,8 @@ func (p *Proxier) syncProxyRules() {
 		p.dropResync() // the inline read below supersedes it
 	}
 	stats, err := p.sync(p.ctx, full, snap, start)
-	if err == nil && full && !p.otherModesRemoved {
-		p.otherModesRemoved = p.removeOtherModesLeftovers(p.ctx, &stats)
-		stats.phase(p.clock.Now(), "leftovers")
-	}
-	if err == nil && full && !p.otherBackendRemoved && !p.rulesHeldBack() {
-		p.otherBackendRemoved = p.rules.removeOther(p.ctx, &stats)
+	if err == nil && full {
+		p.afterFullSync(&stats) // cleanup_beside.go
 	}
 	stats.Full, stats.Err = full, err
 	p.lastSync = stats

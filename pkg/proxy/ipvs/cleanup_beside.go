@@ -1,0 +1,106 @@
+package ipvs
+
+// After the first full sync that succeeds, a proxier removes upstream's
+// iptables- and nftables-mode leftovers (leftovers.go) and, once nothing is held
+// back, what the other rules backend left of this family (removeOther). Under
+// emulation at 10k Services that is half a second to a second of iptables-save,
+// ipset and netlink reads, and a change that arrived meanwhile used to wait for
+// it. With the nftables backend neither touches anything the sync loop writes (the
+// loop writes IPVS, addresses and our own table; the removals read and write
+// iptables, ipsets and upstream's tables), so they run beside the loop and the
+// loop takes their outcome at its next full sync. With the iptables backend the
+// leftovers live in the tables the loop writes (upstream's iptables mode shares
+// KUBE-SERVICES' name), so they stay in the loop.
+
+import (
+	"context"
+	"time"
+)
+
+// besideRun is one run of the removals beside the loop.
+type besideRun struct {
+	done  chan struct{}
+	modes bool // removeOtherModesLeftovers ran
+	other bool // removeOther ran
+	// What they reported: everything went.
+	modesOK, otherOK bool
+	stats            SyncStats
+	took             time.Duration
+}
+
+// removalsBesideLoop reports whether this proxier's removals run beside the loop.
+func (p *Proxier) removalsBesideLoop() bool {
+	_, nft := p.rules.(*nftBackend)
+	return nft
+}
+
+// afterFullSync runs after a full sync that succeeded: the removals still due, in
+// the loop or beside it.
+func (p *Proxier) afterFullSync(stats *SyncStats) {
+	if !p.takeBeside() {
+		return // a run beside the loop is still going
+	}
+	modes := !p.otherModesRemoved
+	other := !p.otherBackendRemoved && !p.rulesHeldBack()
+	if !modes && !other {
+		return
+	}
+	if !p.removalsBesideLoop() {
+		if modes {
+			p.otherModesRemoved = p.removeOtherModesLeftovers(p.ctx, stats)
+			stats.phase(p.clock.Now(), "leftovers")
+		}
+		if other {
+			p.otherBackendRemoved = p.rules.removeOther(p.ctx, stats)
+		}
+		return
+	}
+	r := &besideRun{done: make(chan struct{}), modes: modes, other: other}
+	p.beside = r
+	go func(ctx context.Context) {
+		defer close(r.done)
+		start := time.Now()
+		defer func() { r.took = time.Since(start) }()
+		if r.modes {
+			r.modesOK = p.removeOtherModesLeftovers(ctx, &r.stats)
+		}
+		if r.other {
+			r.otherOK = p.rules.removeOther(ctx, &r.stats)
+		}
+	}(p.ctx)
+}
+
+// takeBeside takes the outcome of a run beside the loop that ended, and reports
+// whether none is running now.
+func (p *Proxier) takeBeside() bool {
+	r := p.beside
+	if r == nil {
+		return true
+	}
+	select {
+	case <-r.done:
+	default:
+		return false
+	}
+	p.beside = nil
+	p.otherModesRemoved = p.otherModesRemoved || (r.modes && r.modesOK)
+	p.otherBackendRemoved = p.otherBackendRemoved || (r.other && r.otherOK)
+	p.logger.V(2).Info("Removals beside the sync loop ended", "leftovers", r.modes, "leftoversRemoved", r.modes && r.modesOK,
+		"otherBackend", r.other, "otherBackendRemoved", r.other && r.otherOK, "took", r.took)
+	return true
+}
+
+// waitBeside waits for a run beside the loop and takes its outcome (tests, and a
+// caller that needs the removals done).
+func (p *Proxier) waitBeside() {
+	p.mu.Lock()
+	r := p.beside
+	p.mu.Unlock()
+	if r == nil {
+		return
+	}
+	<-r.done
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.takeBeside()
+}
