@@ -463,6 +463,9 @@ func (p *Proxier) LastSyncStats() SyncStats {
 	return p.lastSync
 }
 
+// slowPartialSync is the duration from which a partial sync is logged with its phases.
+const slowPartialSync = 500 * time.Millisecond
+
 // syncProxyRules is the runner's function: the only writer of kernel state.
 func (p *Proxier) syncProxyRules() {
 	p.mu.Lock()
@@ -528,6 +531,10 @@ func (p *Proxier) syncProxyRules() {
 	if full {
 		// Where a full sync's time goes: at scale these are the syncs that cost.
 		p.logger.V(2).Info("Full sync complete", "elapsed", elapsed, "services", stats.Services,
+			"ipvsOps", stats.IPVSOps, "ipsetOps", stats.IPSetOps, "failed", stats.Failed, "phases", stats.phaseList())
+	} else if elapsed >= slowPartialSync {
+		// A change's sync should take milliseconds; say where a slow one's time went.
+		p.logger.V(2).Info("Slow partial sync", "elapsed", elapsed, "services", stats.Services,
 			"ipvsOps", stats.IPVSOps, "ipsetOps", stats.IPSetOps, "failed", stats.Failed, "phases", stats.phaseList())
 	}
 	p.logger.V(4).Info("syncProxyRules complete", "elapsed", elapsed, "full", full, "services", stats.Services,
