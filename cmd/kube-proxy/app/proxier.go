@@ -141,7 +141,7 @@ func createProxier(ctx context.Context, s *ProxyServer) (proxy.Provider, error) 
 		}
 		p, err := ipvsproxy.NewProxier(ctx, opts, ipvsproxy.Kernel{
 			IPVS: ipvsHandle, IPSet: ipsetHandle, IPTables: ipt, Netlink: nl, Sysctl: s.Sysctl, Conntrack: ct, NFTables: nft,
-			NFTRules: nftRules, Reader: resyncReader(logger, family),
+			NFTRules: nftRules, Reader: resyncReader(logger, family, nftBackend && nftRules != nil, exec),
 		}, nil)
 		if err != nil {
 			return nil, fmt.Errorf("creating the %s proxier: %w", family, err)
@@ -267,7 +267,7 @@ func localDetectorArgs(logger klog.Logger, cfg *v1alpha1.KubeProxyConfiguration,
 // resyncReader opens the sockets a family's periodic resync reads the kernel on, so
 // that the writes of the syncs running meanwhile never wait behind its dumps. nil
 // (the reads then share the sync loop's sockets) when they cannot be opened.
-func resyncReader(logger klog.Logger, family v1.IPFamily) *ipvsproxy.KernelReader {
+func resyncReader(logger klog.Logger, family v1.IPFamily, nft bool, exec utilexec.Interface) *ipvsproxy.KernelReader {
 	h, err := ipvs.New("")
 	if err != nil {
 		logger.Error(err, "Failed to open an IPVS socket for resync reads; they share the sync loop's", "ipFamily", family)
@@ -279,7 +279,17 @@ func resyncReader(logger klog.Logger, family v1.IPFamily) *ipvsproxy.KernelReade
 		logger.Error(err, "Failed to open an rtnetlink socket for resync reads; they share the sync loop's", "ipFamily", family)
 		return nil
 	}
-	return &ipvsproxy.KernelReader{IPVS: h, Netlink: nl}
+	r := &ipvsproxy.KernelReader{IPVS: h, Netlink: nl}
+	if nft {
+		// The nftables backend's set listings, on a socket of their own.
+		rs, err := nftables.NewNetlink(ipvsproxy.NFTRulesTable(), exec)
+		if err != nil {
+			logger.Error(err, "Failed to open an nftables socket for resync reads; they share the sync loop's", "ipFamily", family)
+		} else {
+			r.NFTRules = rs
+		}
+	}
+	return r
 }
 
 // openNFTRules opens the nftables rules backend's table over netlink. The

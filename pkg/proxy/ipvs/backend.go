@@ -77,7 +77,7 @@ func newRulesBackend(p *Proxier, opts Options, kernel Kernel) (rulesBackend, err
 		if kernel.NFTRules.Table() != nftTable {
 			return nil, fmt.Errorf("the %s rules backend writes table %s, not %s", RulesBackendNFTables, nftTable, kernel.NFTRules.Table())
 		}
-		return newNFTBackend(p, kernel.NFTRules), nil
+		return newNFTBackend(p, kernel.NFTRules, kernel.Reader), nil
 	}
 	return nil, fmt.Errorf("unknown rules backend %q (want %s or %s)", opts.RulesBackend, RulesBackendIPTables, RulesBackendNFTables)
 }

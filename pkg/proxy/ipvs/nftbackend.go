@@ -33,13 +33,20 @@ import (
 const nftOutFilterChain = "ipvs-out-filter"
 
 type nftBackend struct {
-	p   *Proxier
-	rs  nft.Ruleset
-	fam nftFamily
+	p  *Proxier
+	rs nft.Ruleset
+	// read lists the sets (observeSets): the reader's socket when there is one,
+	// so the periodic resync's listing beside the loop holds back no write.
+	read nft.Ruleset
+	fam  nftFamily
 }
 
-func newNFTBackend(p *Proxier, rs nft.Ruleset) *nftBackend {
-	return &nftBackend{p: p, rs: rs, fam: newNFTFamily(p.opts.IPFamily)}
+func newNFTBackend(p *Proxier, rs nft.Ruleset, reader *KernelReader) *nftBackend {
+	b := &nftBackend{p: p, rs: rs, read: rs, fam: newNFTFamily(p.opts.IPFamily)}
+	if reader != nil && reader.NFTRules != nil {
+		b.read = reader.NFTRules
+	}
+	return b
 }
 
 // countedRuleset counts every transaction and listing in a sync's stats.
@@ -138,7 +145,7 @@ func srcPortOfElement(fields []string) (srcPort, bool) {
 }
 
 func (b *nftBackend) observeSets(ctx context.Context, st *appliedState, stats *SyncStats) error {
-	rs := countedRuleset{b.rs, stats}
+	rs := countedRuleset{b.read, stats}
 	st.nftOther = nftElements{}
 	for _, s := range nftSetTable {
 		name := b.fam.name(s.name)

@@ -115,6 +115,10 @@ type Kernel struct {
 type KernelReader struct {
 	IPVS    ipvs.Interface
 	Netlink netlink.Handle
+	// NFTRules, if set, is the nftables backend's table on a socket of its own: the
+	// backend lists its sets through it, so a change's element writes do not wait
+	// for a listing of tens of thousands of elements.
+	NFTRules nftables.Ruleset
 }
 
 // Proxier programs IPVS for one IP family.

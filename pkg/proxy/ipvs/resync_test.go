@@ -10,6 +10,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 
 	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/ipvs"
+	nft "github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/nftables"
 )
 
 // gatedReader reads the kernel when GetAll is called, then holds the answer until the
@@ -182,5 +183,52 @@ func TestCreatesArePipelined(t *testing.T) {
 		if !strings.Contains(d, want) {
 			t.Errorf("missing %q in:\n%s", want, d)
 		}
+	}
+}
+
+// countingRuleset counts the listings and transactions that go through it.
+type countingRuleset struct {
+	nft.Ruleset
+	lists, runs int
+}
+
+func (c *countingRuleset) ListElements(ctx context.Context, set string) ([][]string, error) {
+	c.lists++
+	return c.Ruleset.ListElements(ctx, set)
+}
+
+func (c *countingRuleset) Run(ctx context.Context, tx *nft.Transaction) error {
+	c.runs++
+	return c.Ruleset.Run(ctx, tx)
+}
+
+// TestNFTSetListingsOnTheReaderSocket: with a reader's nftables socket, the backend
+// lists its sets through it (the periodic resync's listing beside the loop then holds
+// back no element write of a change) and writes only through the loop's.
+func TestNFTSetListingsOnTheReaderSocket(t *testing.T) {
+	fake := nft.NewFakeRuleset(nftTable)
+	loop, reader := &countingRuleset{Ruleset: fake}, &countingRuleset{Ruleset: fake}
+	e := newTestEnv(t, v1.IPv4Protocol)
+	e.opts.RulesBackend = RulesBackendNFTables
+	k := e.kernel()
+	k.NFTRules, k.IPSet, k.IPTables = loop, nil, nil
+	k.Reader = &KernelReader{IPVS: e.ipvs, Netlink: e.nl, NFTRules: reader}
+	p, err := NewProxier(context.Background(), e.opts, k, e.clock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.goResync = func(f func()) { f() }
+	e.p = p
+	e.start(makeService("ns", "web", clusterIP("10.96.0.1"), port("p", v1.ProtocolTCP, 80, 0)),
+		makeSlice("ns", "web", "w-1", tcp("p", 80), endpoint("10.244.2.1")))
+	e.clock.Step(31 * time.Second)
+	if st := e.mustSync(); !st.Full { // the resync's read (run at once here) and its full sync
+		t.Fatal("the resync's full sync did not run")
+	}
+	if reader.lists == 0 || loop.lists != 0 {
+		t.Errorf("set listings: %d on the reader's socket, %d on the loop's; want all on the reader's", reader.lists, loop.lists)
+	}
+	if reader.runs != 0 || loop.runs == 0 {
+		t.Errorf("transactions: %d on the reader's socket, %d on the loop's; want all on the loop's", reader.runs, loop.runs)
 	}
 }
