@@ -347,3 +347,16 @@ func writeEach(ctx context.Context, h ipvs.Interface, writes []ipvs.Write) []err
 	}
 	return errs
 }
+
+// waitFor polls cond until it holds or d has passed (for work the fake clock starts
+// on a goroutine of its own).
+func waitFor(d time.Duration, cond func() bool) bool {
+	for end := time.Now().Add(d); ; time.Sleep(5 * time.Millisecond) {
+		if cond() {
+			return true
+		}
+		if time.Now().After(end) {
+			return false
+		}
+	}
+}

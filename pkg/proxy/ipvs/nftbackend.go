@@ -19,11 +19,15 @@ package ipvs
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
+	"sync"
+	"time"
 
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/utils/clock"
 
 	nft "github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/nftables"
 )
@@ -39,10 +43,15 @@ type nftBackend struct {
 	// so the periodic resync's listing beside the loop holds back no write.
 	read nft.Ruleset
 	fam  nftFamily
+	// quieted counts, per address, the scheduler changes whose quiet has not ended
+	// yet (quiet lingers, see nftQuietLinger). quietMu also orders every write of
+	// the quiet set, so an address leaving it never races one coming in.
+	quietMu sync.Mutex
+	quieted map[string]int
 }
 
 func newNFTBackend(p *Proxier, rs nft.Ruleset, reader *KernelReader) *nftBackend {
-	b := &nftBackend{p: p, rs: rs, read: rs, fam: newNFTFamily(p.opts.IPFamily)}
+	b := &nftBackend{p: p, rs: rs, read: rs, fam: newNFTFamily(p.opts.IPFamily), quieted: map[string]int{}}
 	if reader != nil && reader.NFTRules != nil {
 		b.read = reader.NFTRules
 	}
@@ -196,8 +205,14 @@ func (b *nftBackend) prepare(ctx context.Context, stats *SyncStats) error {
 	}
 	tx := nft.NewTransaction()
 	b.writeProgramme(tx, prog)
-	// Addresses a scheduler change left behind (the process died in between).
+	// Addresses a scheduler change left behind (the process died in between, or
+	// someone added them) go; those whose quiet still lingers stay.
+	b.quietMu.Lock()
+	defer b.quietMu.Unlock()
 	tx.FlushSet(b.fam.name(nftQuietSet))
+	if len(b.quieted) > 0 {
+		tx.AddElements(b.fam.name(nftQuietSet), b.quietElements(slices.Sorted(maps.Keys(b.quieted)))...)
+	}
 	deleteObjects(tx, stale(chains), stale(setNames))
 	err = rs.Run(ctx, tx)
 	if err == nil {
@@ -208,6 +223,9 @@ func (b *nftBackend) prepare(ctx context.Context, stats *SyncStats) error {
 	tx.AddTable()
 	deleteObjects(tx, chains, setNames)
 	b.writeProgramme(tx, prog)
+	if len(b.quieted) > 0 {
+		tx.AddElements(b.fam.name(nftQuietSet), b.quietElements(slices.Sorted(maps.Keys(b.quieted)))...)
+	}
 	if err := rs.Run(ctx, tx); err != nil {
 		return fmt.Errorf("writing the nftables programme of table %s: %w", nftTable, err)
 	}
@@ -488,31 +506,76 @@ func (b *nftBackend) ensureJumps(context.Context, *SyncStats) error { return nil
 // filter-output base chain drops them. Every full sync empties it.
 const nftQuietSet = "quiet"
 
-// quiet adds addrs to the quiet set and returns the function that takes them out
-// again. As with the iptables form, neither is worth failing the sync for.
+// nftQuietLinger is how long an address stays in the quiet set after its
+// scheduler changed. ip_vs_edit_service waits for the packets that saw the old
+// scheduler, not for one that found none: that packet may still be on its way to
+// the ICMP error (and through the filter-output chain) when the edit returns, and
+// on a busy or emulated node a vCPU can stall it for tens of milliseconds, longer
+// than the element's removal takes. A second covers that and costs little: a
+// refusal the address sends meanwhile for a reason of its own is dropped, and the
+// client's SYN, sent again after its 1 s timeout, gets it then.
+const nftQuietLinger = time.Second
+
+// quiet adds addrs to the quiet set and returns the function that ends the quiet:
+// the addresses leave the set nftQuietLinger later (beside the sync loop), unless
+// a later change quieted them again. As with the iptables form, neither is worth
+// failing the sync for.
 func (b *nftBackend) quiet(ctx context.Context, addrs []string, stats *SyncStats) func() {
 	if len(addrs) == 0 {
 		return func() {}
 	}
-	rs := countedRuleset{b.rs, stats}
 	set := b.fam.name(nftQuietSet)
+	b.quietMu.Lock()
+	defer b.quietMu.Unlock()
+	tx := nft.NewTransaction()
+	tx.AddElements(set, b.quietElements(addrs)...)
+	if err := (countedRuleset{b.rs, stats}).Run(ctx, tx); err != nil {
+		b.p.logger.Error(err, "Could not hold back the kernel's refusals while schedulers change; connections arriving during the change may be refused", "addresses", addrs)
+		return func() {}
+	}
+	for _, a := range addrs {
+		b.quieted[a]++
+	}
+	return func() { b.afterFunc(nftQuietLinger, func() { b.endQuiet(addrs) }) }
+}
+
+// endQuiet takes the addresses no scheduler change quiets any more out of the set.
+func (b *nftBackend) endQuiet(addrs []string) {
+	b.quietMu.Lock()
+	defer b.quietMu.Unlock()
+	var done []string
+	for _, a := range addrs {
+		if b.quieted[a]--; b.quieted[a] <= 0 {
+			delete(b.quieted, a)
+			done = append(done, a)
+		}
+	}
+	if len(done) == 0 {
+		return
+	}
+	set := b.fam.name(nftQuietSet)
+	tx := nft.NewTransaction()
+	tx.DeleteElements(set, b.quietElements(done)...)
+	if err := b.rs.Run(context.Background(), tx); err != nil {
+		b.p.logger.Error(err, "Could not remove the addresses that held back refusals during a scheduler change; the next full sync empties the set", "addresses", done, "set", set)
+	}
+}
+
+func (b *nftBackend) quietElements(addrs []string) [][]string {
 	elems := make([][]string, 0, len(addrs))
 	for _, a := range addrs {
 		elems = append(elems, []string{a})
 	}
-	tx := nft.NewTransaction()
-	tx.AddElements(set, elems...)
-	if err := rs.Run(ctx, tx); err != nil {
-		b.p.logger.Error(err, "Could not hold back the kernel's refusals while schedulers change; connections arriving during the change may be refused", "addresses", addrs)
-		return func() {}
+	return elems
+}
+
+// afterFunc runs f after d by the proxier's clock (tests step a fake one).
+func (b *nftBackend) afterFunc(d time.Duration, f func()) {
+	if c, ok := b.p.clock.(clock.WithDelayedExecution); ok {
+		c.AfterFunc(d, f)
+		return
 	}
-	return func() {
-		tx := nft.NewTransaction()
-		tx.DeleteElements(set, elems...)
-		if err := rs.Run(ctx, tx); err != nil {
-			b.p.logger.Error(err, "Could not remove the addresses that held back refusals during a scheduler change; the next full sync empties the set", "addresses", addrs, "set", set)
-		}
-	}
+	time.AfterFunc(d, f)
 }
 
 func (b *nftBackend) removeOther(ctx context.Context, stats *SyncStats) bool {

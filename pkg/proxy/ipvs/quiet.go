@@ -28,7 +28,10 @@ import (
 //
 // The nftables backend does the same with a set: the addresses go into the family's
 // quiet set, which a rule at the top of its filter-output base chain matches
-// (nftBackend.quiet); every full sync empties it.
+// (nftBackend.quiet). They leave it a second after the edits, not at once: a packet
+// that found no scheduler can still be on its way to the ICMP error when the edit
+// returns, and an element is removed in a millisecond (an iptables-restore takes
+// tens). Every full sync empties the set of all but those still lingering.
 
 // quietComment marks the rules, so that they are never mistaken for anything else.
 const quietComment = "kube-proxy-ipvs: scheduler change in progress"

@@ -112,7 +112,8 @@ func TestIntegrationQuietRules(t *testing.T) {
 
 // TestIntegrationNFTQuiet: the nftables backend's form of the same, in the kernel's
 // nftables: an address in the family's quiet set has its ICMP port unreachables
-// dropped by the filter-output rule, and taken out of the set it has them back.
+// dropped by the filter-output rule, also for nftQuietLinger after the quiet ended, and
+// taken out of the set it has them back.
 func TestIntegrationNFTQuiet(t *testing.T) {
 	netns.Run(t, func(t *testing.T) {
 		rs, err := nft.NewNetlink(nftTable, utilexec.New())
@@ -135,7 +136,11 @@ func TestIntegrationNFTQuiet(t *testing.T) {
 					t.Errorf("the ICMP port unreachable from %s still reached the client", addr)
 				}
 				loud()
-				if !refusedUDP(t, addr) {
+				if refusedUDP(t, addr) {
+					t.Errorf("the refusal from %s came back at once: the quiet must linger %v after the edits", addr, nftQuietLinger)
+				}
+				e.clock.Step(nftQuietLinger)
+				if !waitFor(5*time.Second, func() bool { return refusedUDP(t, addr) }) {
 					t.Errorf("no refusal from %s after the address left the set", addr)
 				}
 			})

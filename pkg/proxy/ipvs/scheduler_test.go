@@ -344,8 +344,43 @@ func TestNFTSchedulerChangeQuietsRefusals(t *testing.T) {
 			if want := []string{vip + ": element " + set + " " + vip}; !slices.Equal(w.atEdits, want) {
 				t.Errorf("at the edits: %q, want %q", w.atEdits, want)
 			}
-			if l := nftLines(t, rs, "element "+set); l != "" {
-				t.Errorf("the address outlived the sync: %s", l)
+			// The address stays nftQuietLinger after the edits (a packet that found no
+			// scheduler may still be on its way to the ICMP error), then leaves.
+			if l := strings.TrimSpace(nftLines(t, rs, "element "+set)); l != "element "+set+" "+vip {
+				t.Errorf("right after the sync the set holds %q, want the address still", l)
+			}
+			e.clock.Step(nftQuietLinger - time.Millisecond)
+			time.Sleep(50 * time.Millisecond)
+			if l := nftLines(t, rs, "element "+set); l == "" {
+				t.Error("the address left the set before the linger was over")
+			}
+			e.clock.Step(time.Millisecond)
+			if !waitFor(5*time.Second, func() bool { return nftLines(t, rs, "element "+set) == "" }) {
+				t.Errorf("the address outlived the linger: %s", nftLines(t, rs, "element "+set))
+			}
+
+			// Two changes in a row: the first one's end leaves the address quiet for the
+			// second's linger; a full sync meanwhile keeps it.
+			e.add(svc(annotate(proxy.AnnotationScheduler, "sh")))
+			e.mustSync()
+			e.clock.Step(nftQuietLinger / 2)
+			e.add(svc(annotate(proxy.AnnotationScheduler, "wlc")))
+			e.mustSync()
+			e.clock.Step(nftQuietLinger / 2)
+			time.Sleep(50 * time.Millisecond)
+			if l := nftLines(t, rs, "element "+set); l == "" {
+				t.Error("the first change's end took the address out while the second's quiet lingered")
+			}
+			e.p.needFull = true
+			if st := e.mustSync(); !st.Full {
+				t.Fatal("expected a full sync")
+			}
+			if l := nftLines(t, rs, "element "+set); l == "" {
+				t.Error("a full sync emptied the set while a change's quiet lingered")
+			}
+			e.clock.Step(nftQuietLinger / 2)
+			if !waitFor(5*time.Second, func() bool { return nftLines(t, rs, "element "+set) == "" }) {
+				t.Errorf("the address outlived the second linger: %s", nftLines(t, rs, "element "+set))
 			}
 			if l := nftLines(t, rs, "rule "+strings.TrimSuffix(set, "quiet")+"filter-output"); !strings.Contains(l, "@"+set+" ") || !strings.Contains(l, "port-unreachable drop") {
 				t.Errorf("filter-output's quiet rule: %s", l)
