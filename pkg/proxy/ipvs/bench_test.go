@@ -298,15 +298,35 @@ func BenchmarkFullSyncResync(b *testing.B) {
 			p, k, clk := startSteady(b, c)
 			runtime.GC()
 			var ops kernelOpCounts
+			var longest time.Duration
+			slices := 0
 			k.resyncRead = 0
 			b.ReportAllocs()
 			b.ResetTimer()
+			// The benchmark's clock is a fake one: time the slices by the real clock,
+			// from one slice's start to the next. The first slice is left out: here
+			// the resync's read runs in it, where a daemon reads beside the loop.
+			var sliceStart time.Time
+			first := false
+			p.betweenSlices = func() {
+				now := time.Now()
+				if !first {
+					longest = max(longest, now.Sub(sliceStart))
+				}
+				first = false
+				sliceStart = now
+			}
 			for range b.N {
 				clk.Step(31 * time.Second)
 				k.resetCounters()
+				first = true
 				p.syncProxyRules()
 				b.StopTimer()
+				if !first {
+					longest = max(longest, time.Since(sliceStart))
+				}
 				mustSynced(b, p, true)
+				slices += p.LastSyncStats().Slices
 				o := k.ops()
 				ops.ipvs += o.ipvs
 				ops.ipset += o.ipset
@@ -322,6 +342,9 @@ func BenchmarkFullSyncResync(b *testing.B) {
 			// Of the time per op, the kernel read a daemon makes beside its sync loop;
 			// the rest is what changes queued meanwhile wait for.
 			b.ReportMetric(float64(k.resyncRead.Milliseconds())/float64(b.N), "read-ms/op")
+			// The comparison runs in slices (resync_slices.go): a change waits for one.
+			b.ReportMetric(float64(slices)/float64(b.N), "slices/op")
+			b.ReportMetric(float64(longest.Microseconds())/1000, "longest-later-slice-ms")
 		})
 	}
 }

@@ -95,8 +95,14 @@ func newTestEnv(t *testing.T, family v1.IPFamily, mods ...func(*Options)) *testE
 	// A periodic resync's read runs at once, so the sync that starts it takes it
 	// (resync_test.go runs it later on purpose).
 	p.goResync = func(f func()) { f() }
+	// Periodic resyncs compare their keys in slices of a few, so that every test
+	// that resyncs goes through the slices (resync_slices.go).
+	p.resyncSliceKeys = testResyncSliceKeys
 	return e
 }
+
+// testResyncSliceKeys is the slice size of the test proxiers' resyncs.
+const testResyncSliceKeys = 3
 
 func (e *testEnv) kernel() Kernel {
 	return Kernel{IPVS: e.ipvs, IPSet: &referencedIPSet{Fake: e.ipset, ipt: e.ipt}, IPTables: e.ipt, Netlink: e.nl, Sysctl: e.sc, Conntrack: e.ct, NFTables: e.nft}

@@ -36,7 +36,9 @@ func observeSync(family v1.IPFamily, full bool, elapsed time.Duration, stats Syn
 		return
 	}
 	if stats.DriftCheck {
-		for subsystem, n := range map[string]int{metrics.SubsystemIPVS: stats.IPVSOps, metrics.SubsystemIPSet: stats.IPSetOps, metrics.SubsystemNetlink: stats.AddressOps, metrics.SubsystemNFTables: stats.NFTablesOps} {
+		nd := stats.notDrift
+		for subsystem, n := range map[string]int{metrics.SubsystemIPVS: stats.IPVSOps - nd.ipvs, metrics.SubsystemIPSet: stats.IPSetOps - nd.ipset,
+			metrics.SubsystemNetlink: stats.AddressOps - nd.addr, metrics.SubsystemNFTables: stats.NFTablesOps - nd.nft} {
 			if n > 0 {
 				metrics.DriftRepairsTotal.WithLabelValues(subsystem).Add(float64(n))
 			}

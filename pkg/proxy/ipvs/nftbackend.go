@@ -230,6 +230,7 @@ func (b *nftBackend) prepare(ctx context.Context, stats *SyncStats) error {
 		return fmt.Errorf("writing the nftables programme of table %s: %w", nftTable, err)
 	}
 	// Every set is new and empty, the out-filter chain too.
+	p.setsEmptied = true
 	p.applied.entries = sets.New[setEntry]()
 	p.applied.nftOther = nftElements{}
 	p.applied.iptables = nil

@@ -200,6 +200,15 @@ type Proxier struct {
 
 	// stats of the last sync, for tests and metrics
 	lastSync SyncStats
+
+	// slicer walks the keys of a periodic resync still to be compared, a slice per
+	// sync (resync_slices.go); resyncSliceKeys is a slice's size (0: no slices).
+	slicer          *resyncSlicer
+	resyncSliceKeys int
+	// betweenSlices, when set (tests), runs before each slice after the first.
+	betweenSlices func()
+	// setsEmptied is set by a backend's prepare that wrote its sets anew (empty).
+	setsEmptied bool
 }
 
 // SyncStats describes one sync.
@@ -215,9 +224,15 @@ type SyncStats struct {
 	// Failed counts the writes the kernel refused (their objects are held back).
 	Failed int
 	// DriftCheck marks a periodic full sync over a state believed correct: the
-	// operations it issues repair drift.
+	// operations it issues repair drift, but for notDrift (what its slices wrote for
+	// the changes they took).
 	DriftCheck bool
-	Err        error
+	notDrift   struct{ ipvs, ipset, addr, nft int }
+	// Slices is how many syncs a periodic resync's comparison took, and LongestSlice
+	// the longest of them: what a change waits for at most.
+	Slices       int
+	LongestSlice time.Duration
+	Err          error
 	// ops counts the requests sent to the kernel, by kind.
 	ops [numKernelOps]int
 	// phases is where the sync's time went, in order (logged for full syncs).
@@ -298,6 +313,7 @@ func NewProxier(ctx context.Context, opts Options, kernel Kernel, clk clock.Cloc
 		index:            newDesiredIndex(),
 		svcPorts:         map[types.NamespacedName][]proxy.ServicePortName{},
 		needFull:         true,
+		resyncSliceKeys:  defaultResyncSliceKeys,
 		draining:         map[drainKey]int64{},
 		serviceUIDs:      map[types.NamespacedName]types.UID{},
 		retries:          map[retryKey]*retryState{},
@@ -501,6 +517,19 @@ func (p *Proxier) syncProxyRules() {
 	if err == nil && full {
 		p.afterFullSync(&stats) // cleanup_beside.go
 	}
+	if full {
+		stats.Slices, stats.LongestSlice = 1, p.clock.Since(start)
+	}
+	if err == nil && p.slicer != nil {
+		var n int
+		var longest time.Duration
+		n, longest, err = p.resyncSlices(&stats)
+		stats.Slices += n
+		stats.LongestSlice = max(stats.LongestSlice, longest)
+	}
+	if err != nil {
+		p.endSlicing()
+	}
 	stats.Full, stats.Err = full, err
 	p.lastSync = stats
 	elapsed := p.clock.Since(start)
@@ -534,8 +563,8 @@ func (p *Proxier) syncProxyRules() {
 	}
 	if full {
 		// Where a full sync's time goes: at scale these are the syncs that cost.
-		p.logger.V(2).Info("Full sync complete", "elapsed", elapsed, "services", stats.Services,
-			"ipvsOps", stats.IPVSOps, "ipsetOps", stats.IPSetOps, "failed", stats.Failed, "phases", stats.phaseList())
+		p.logger.V(2).Info("Full sync complete", "elapsed", elapsed, "slices", stats.Slices, "longestSlice", stats.LongestSlice,
+			"services", stats.Services, "ipvsOps", stats.IPVSOps, "ipsetOps", stats.IPSetOps, "failed", stats.Failed, "phases", stats.phaseList())
 	} else if elapsed >= slowPartialSync {
 		// A change's sync should take milliseconds; say where a slow one's time went.
 		p.logger.V(2).Info("Slow partial sync", "elapsed", elapsed, "services", stats.Services,

@@ -134,23 +134,37 @@ func (p *Proxier) sync(ctx context.Context, full bool, snap *appliedState, start
 		// drift: someone else changed the kernel (or we missed an event).
 		stats.DriftCheck = p.applied != nil && !p.needFull
 		p.applied = observed
-		t = p.index.allTouched()
-		for k := range observed.vs {
-			t.vs.Insert(k)
+		p.endSlicing()
+		// A periodic resync compares its keys in slices (resync_slices.go); at start
+		// and after a failure everything is compared at once.
+		sliced := snap != nil && p.resyncSliceKeys > 0
+		if !sliced {
+			t = p.allTouched(observed)
 		}
-		for e := range observed.entries {
-			t.entries.Insert(e)
-		}
-		for a := range observed.addrs {
-			t.addrs.Insert(a)
-		}
+		t.outFilter, t.health = true, true
 		stats.phase(p.clock.Now(), "touch")
+		p.setsEmptied = false
 		if err := p.rules.prepare(ctx, &stats); err != nil {
 			return stats, err
 		}
 		stats.phase(p.clock.Now(), "prepare")
+		if sliced && p.setsEmptied {
+			// The programme was written anew and its sets are empty: fill them now,
+			// not slice by slice.
+			t = p.allTouched(p.applied)
+			sliced = false
+		}
+		if sliced {
+			if s := newResyncSlicer(p.index, p.applied, p.resyncSliceKeys); s.fill(t) {
+				p.slicer = s
+			}
+			stats.phase(p.clock.Now(), "slice")
+		}
 	}
 	if !full {
+		if p.slicer != nil && !p.slicer.fill(t) {
+			p.slicer = nil
+		}
 		if err := p.rules.grow(ctx, &stats); err != nil {
 			return stats, err
 		}
@@ -196,6 +210,21 @@ func (p *Proxier) sync(ctx context.Context, full bool, snap *appliedState, start
 	observeEndpointLatency(p.opts.IPFamily, epResult.LastChangeTriggerTimes)
 	observeNoLocal(p.opts.IPFamily, p.index.noLocalIntern.Len(), p.index.noLocalExtern.Len())
 	return stats, nil
+}
+
+// allTouched marks every key the index wants or the kernel holds for comparison.
+func (p *Proxier) allTouched(observed *appliedState) *touched {
+	t := p.index.allTouched()
+	for k := range observed.vs {
+		t.vs.Insert(k)
+	}
+	for e := range observed.entries {
+		t.entries.Insert(e)
+	}
+	for a := range observed.addrs {
+		t.addrs.Insert(a)
+	}
+	return t
 }
 
 // buildService builds the desired state of one Service from its ports (nil when it has

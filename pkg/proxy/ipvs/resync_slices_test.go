@@ -1,0 +1,135 @@
+package ipvs
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"strings"
+	"testing"
+
+	v1 "k8s.io/api/core/v1"
+
+	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/ipset"
+	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/ipvs"
+	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/netlink"
+	nft "github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/nftables"
+)
+
+// TestResyncInSlices: a periodic resync compares its keys a slice at a time, takes a
+// change that arrives between two slices in the next one (not after the whole
+// resync), and leaves the kernel exactly as a resync that compares everything at once
+// does, drift repaired, for both rules backends.
+func TestResyncInSlices(t *testing.T) {
+	for _, backend := range []string{"iptables", "nftables"} {
+		t.Run(backend, func(t *testing.T) {
+			newEnv := func(sliceKeys int) *testEnv {
+				var e *testEnv
+				if backend == "nftables" {
+					e = newNFTEnv(t, v1.IPv4Protocol, nft.NewFakeRuleset(nftTable))
+				} else {
+					e = newTestEnv(t, v1.IPv4Protocol)
+				}
+				e.p.resyncSliceKeys = sliceKeys
+				var objs []any
+				for i := range 8 {
+					name := fmt.Sprintf("svc-%d", i)
+					objs = append(objs, makeService("ns", name, clusterIP(fmt.Sprintf("10.96.0.%d", i+1)), port("p", v1.ProtocolTCP, 80, 0)),
+						makeSlice("ns", name, name+"-1", tcp("p", 80), endpoint(fmt.Sprintf("10.244.1.%d", i+1)), endpoint(fmt.Sprintf("10.244.2.%d", i+1))))
+				}
+				e.start(objs...)
+				return e
+			}
+			// Drift in every kind of key, spread over the key space.
+			tamper := func(e *testEnv) {
+				ctx := context.Background()
+				vs := func(i int) *ipvs.VirtualServer {
+					return &ipvs.VirtualServer{Address: net.ParseIP(fmt.Sprintf("10.96.0.%d", i)), Protocol: ipvs.TCP, Port: 80}
+				}
+				for _, err := range []error{
+					e.ipvs.DeleteVirtualServer(ctx, vs(2)),
+					e.ipvs.DeleteRealServer(ctx, vs(5), &ipvs.RealServer{Address: net.ParseIP("10.244.2.5"), Port: 80}),
+					e.ipvs.AddVirtualServer(ctx, &ipvs.VirtualServer{Address: net.ParseIP("10.96.9.9"), Protocol: ipvs.TCP, Port: 80, Scheduler: "rr"}),
+					e.nl.UnbindAddress(ctx, net.ParseIP("10.96.0.7"), netlink.DefaultDummyDevice),
+				} {
+					if err != nil {
+						t.Fatal(err)
+					}
+				}
+				if backend == "nftables" {
+					tx := nft.NewTransaction()
+					tx.DeleteElements("ip-cluster-ip", []string{"10.96.0.4", "tcp", "80"})
+					tx.AddElements("ip-cluster-ip", []string{"10.96.8.8", "tcp", "80"})
+					if err := e.p.rules.(*nftBackend).rs.Run(ctx, tx); err != nil {
+						t.Fatal(err)
+					}
+					return
+				}
+				tx := &ipset.Transaction{}
+				tx.Del("KUBE-CLUSTER-IP", "10.96.0.4,tcp:80")
+				tx.Add("KUBE-CLUSTER-IP", "10.96.8.8,tcp:80")
+				if err := e.ipset.Apply(ctx, tx); err != nil {
+					t.Fatal(err)
+				}
+			}
+			change := makeSlice("ns", "svc-3", "svc-3-1", tcp("p", 80), endpoint("10.244.1.4"), endpoint("10.244.2.4"), endpoint("10.244.3.4"))
+			kernel := func(e *testEnv) string {
+				s := e.ipvs.Dump() + e.nl.Dump()
+				if backend == "nftables" {
+					return s + nftLines(t, e.p.rules.(*nftBackend).rs, "element ")
+				}
+				return s + e.ipset.Dump()
+			}
+
+			sliced := newEnv(4)
+			tamper(sliced)
+			slices := 0
+			sliced.p.betweenSlices = func() {
+				slices++
+				switch slices {
+				case 1:
+					sliced.add(change)
+				case 2:
+					if d := sliced.ipvs.Dump(); !strings.Contains(d, "-> 10.244.3.4:80") {
+						t.Errorf("a change made after the first slice was not written by the next one:\n%s", d)
+					}
+				}
+			}
+			sliced.clock.Step(sliced.opts.SyncPeriod)
+			st := sliced.mustSync()
+			if !st.Full || st.Slices < 5 || st.Slices != slices+1 {
+				t.Errorf("resync: full %v in %d slices (%d between), want a full sync in many slices", st.Full, st.Slices, slices)
+			}
+			if st.Services != 1 {
+				t.Errorf("the resync rebuilt %d Services, want the one changed", st.Services)
+			}
+
+			whole := newEnv(0)
+			tamper(whole)
+			whole.add(change)
+			whole.clock.Step(whole.opts.SyncPeriod)
+			if st := whole.mustSync(); !st.Full || st.Slices != 1 {
+				t.Errorf("unsliced resync: full %v in %d slices, want 1", st.Full, st.Slices)
+			}
+			got, want := kernel(sliced), kernel(whole)
+			if got != want {
+				t.Errorf("after a sliced resync the kernel holds\n%s\nafter one that compares everything at once\n%s", got, want)
+			}
+			for _, drift := range []string{"10.96.9.9", "10.96.8.8"} {
+				if strings.Contains(got, drift) {
+					t.Errorf("drift %s survived the resync", drift)
+				}
+			}
+			for _, repaired := range []string{"10.96.0.2:80", "-> 10.244.2.5:80", "10.96.0.7", "10.96.0.4"} {
+				if !strings.Contains(got, repaired) {
+					t.Errorf("%s was not repaired", repaired)
+				}
+			}
+
+			// The next sync is a partial one with nothing to do: no walk outlived the resync.
+			sliced.ipvs.ResetOps()
+			if st := sliced.mustSync(); st.Full || st.IPVSOps != 0 || sliced.p.slicer != nil {
+				t.Errorf("after the resync: %+v, slicer %v", st, sliced.p.slicer)
+			}
+		})
+	}
+}
