@@ -68,7 +68,11 @@ func createProxier(ctx context.Context, s *ProxyServer) (proxy.Provider, error) 
 	}
 	var ipsetHandle ipset.Interface
 	if _, err := exec.LookPath("ipset"); err == nil || !nftBackend {
-		ipsetHandle = ipset.New(exec)
+		// Small batches of member changes go over netlink, not through a process.
+		if ipsetHandle, err = ipset.NewNetlink(exec); err != nil {
+			logger.Error(err, "Writing ipset members with `ipset restore` only")
+			ipsetHandle = ipset.New(exec)
+		}
 	}
 	// Upstream's nftables mode keeps its rules in tables the proxiers remove once
 	// they have synced (a node switched from that mode).

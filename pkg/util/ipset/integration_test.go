@@ -10,6 +10,7 @@ import (
 	"net"
 	"os/exec"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -49,6 +50,127 @@ func TestIntegrationConformance(t *testing.T) {
 				mustRun(t, "iptables-legacy", "-t", "filter", "-A", "INPUT", "-m", "set", "--match-set", set, "src", "-j", "ACCEPT")
 			}
 		})
+	})
+}
+
+// TestIntegrationConformanceNetlink: the same scenarios through NewNetlink, whose
+// small batches of adds and deletes go over netlink (and to restore when the kernel
+// refuses one): the same end states and the same errors as restore alone.
+func TestIntegrationConformanceNetlink(t *testing.T) {
+	netns.Run(t, func(t *testing.T) {
+		var uts unix.Utsname
+		if err := unix.Uname(&uts); err != nil {
+			t.Fatal(err)
+		}
+		runScenarios(t, unix.ByteSliceToString(uts.Release[:]), func(t *testing.T) (Interface, referenceFunc) {
+			resetKernel(t)
+			ifc, err := NewNetlink(utilexec.New())
+			if err != nil {
+				t.Fatal(err)
+			}
+			return ifc, func(t *testing.T, set string) {
+				mustRun(t, "iptables-legacy", "-t", "filter", "-A", "INPUT", "-m", "set", "--match-set", set, "src", "-j", "ACCEPT")
+			}
+		})
+	})
+}
+
+// countingExec counts the processes started through it.
+type countingExec struct {
+	utilexec.Interface
+	n atomic.Int32
+}
+
+func (c *countingExec) Command(cmd string, args ...string) utilexec.Cmd {
+	c.n.Add(1)
+	return c.Interface.Command(cmd, args...)
+}
+
+func (c *countingExec) CommandContext(ctx context.Context, cmd string, args ...string) utilexec.Cmd {
+	c.n.Add(1)
+	return c.Interface.CommandContext(ctx, cmd, args...)
+}
+
+// TestIntegrationNetlinkWritesNoProcess: a partial sync's kind of batch (adds and
+// deletes in every type the proxier uses, both families) starts no process with
+// NewNetlink and leaves the sets as restore does; a refused member still fails as
+// restore fails (kind and line), through one restore process.
+func TestIntegrationNetlinkWritesNoProcess(t *testing.T) {
+	netns.Run(t, func(t *testing.T) {
+		ctx := context.Background()
+		setup := &Transaction{}
+		for _, s := range []*Set{setIP, setIP6, setIPPort, setIPP6, setIPPIP, setIPPIP6, setIPPN, setIPPN6, setPorts, setRange} {
+			setup.Create(s)
+		}
+		batch := func(tx *Transaction) {
+			tx.Add("T-IP", "10.0.0.1")
+			tx.Add("T-IP6", "fd00::1")
+			tx.Add("T-IPPORT", "10.0.0.1,tcp:80")
+			tx.Add("T-IPPORT", "10.0.0.1,udp:53")
+			tx.Add("T-IPPORT", "10.0.0.1,sctp:9")
+			tx.Add("T-IPPORT6", "fd00::1,tcp:443")
+			tx.Add("T-IPPORTIP", "10.0.0.2,tcp:80,10.0.0.2")
+			tx.Add("T-IPPORTIP6", "fd00::2,udp:53,fd00::2")
+			tx.Add("T-IPPORTNET", "10.0.0.3,tcp:80,10.1.2.3/8")
+			tx.Add("T-IPPORTNET", "10.0.0.3,tcp:80,10.9.9.9")
+			tx.Add("T-IPPORTNET6", "fd00::3,tcp:80,fd00:1::5/48")
+			tx.Add("T-PORTS", "30080")
+			tx.Add("T-RANGE", "30081")
+			tx.Add("T-IPPORT", "10.0.0.1,tcp:80") // already there: a no-op
+			tx.Del("T-IPPORT", "10.0.0.1,udp:53")
+			tx.Del("T-IPPORT", "10.0.0.9,udp:53") // not there: a no-op
+			tx.Del("T-PORTS", "30080")
+		}
+		var want string
+		for _, viaNetlink := range []bool{false, true} {
+			resetKernel(t)
+			ce := &countingExec{Interface: utilexec.New()}
+			var ifc Interface = New(ce)
+			if viaNetlink {
+				var err error
+				if ifc, err = NewNetlink(ce); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := ifc.Apply(ctx, setup); err != nil {
+				t.Fatal(err)
+			}
+			ce.n.Store(0)
+			tx := &Transaction{}
+			batch(tx)
+			if err := ifc.Apply(ctx, tx); err != nil {
+				t.Fatalf("netlink %v: %v", viaNetlink, err)
+			}
+			n := ce.n.Load()
+			got := dump(t, ifc)
+			if !viaNetlink {
+				want = got
+				if n != 1 {
+					t.Errorf("restore alone ran %d processes, want 1", n)
+				}
+				continue
+			}
+			if n != 0 {
+				t.Errorf("the batch over netlink started %d processes, want none", n)
+			}
+			if diff := cmp.Diff(want, got); diff != "" {
+				t.Errorf("sets after the batch over netlink (-restore +netlink):\n%s", diff)
+			}
+
+			// Refused: a port out of the bitmap's range, after a good add.
+			ce.n.Store(0)
+			bad := &Transaction{}
+			bad.Add("T-IPPORT", "10.0.0.7,tcp:81")
+			bad.Add("T-RANGE", "40000")
+			err := ifc.Apply(ctx, bad)
+			checkErr(t, 0, err, ErrOutOfRange, 1)
+			if n := ce.n.Load(); n != 1 {
+				t.Errorf("a refused batch ran %d processes, want the one restore that names the refusal", n)
+			}
+			if d := dump(t, ifc); !strings.Contains(d, "add T-IPPORT 10.0.0.7,tcp:81") {
+				t.Errorf("the add before the refused line is missing:\n%s", d)
+			}
+		}
 	})
 }
 

@@ -35,6 +35,8 @@ type runner struct {
 	exec utilexec.Interface
 	// Deadlines (the constants above; tests shorten them).
 	readTimeout, restoreTimeout, restorePerLine time.Duration
+	// nl, when set, writes small batches of member changes (netlink.go).
+	nl *netlinkWriter
 }
 
 // New returns the real implementation. Every Apply is one `ipset restore -exist`
@@ -42,6 +44,19 @@ type runner struct {
 // runs under the deadlines above.
 func New(exec utilexec.Interface) Interface {
 	return &runner{exec: exec, readTimeout: ReadTimeout, restoreTimeout: RestoreTimeout, restorePerLine: RestoreTimeoutPerLine}
+}
+
+// NewNetlink is New whose Apply writes small batches of member changes over netlink
+// (netlink.go) instead of starting a process. It talks to the kernel of the calling
+// thread's network namespace, so tests that fake the exec use New.
+func NewNetlink(exec utilexec.Interface) (Interface, error) {
+	w, err := newNetlinkWriter()
+	if err != nil {
+		return nil, fmt.Errorf("opening a netfilter netlink socket for ipset: %w", err)
+	}
+	r := New(exec).(*runner)
+	r.nl = w
+	return r, nil
 }
 
 var _ Interface = &runner{}
@@ -70,6 +85,14 @@ func (r *runner) Apply(ctx context.Context, tx *Transaction) error {
 	ops, err := tx.prepare()
 	if err != nil {
 		return err
+	}
+	if r.nl != nil {
+		// A refusal over netlink leaves the batch to restore, which names it.
+		if done, err := r.nl.apply(ctx, ops); done && err == nil {
+			return nil
+		} else if ctx.Err() != nil {
+			return ctx.Err()
+		}
 	}
 	timeout := r.restoreTimeout + time.Duration(len(ops))*r.restorePerLine
 	_, ierr := r.run(ctx, timeout, "restore", encode(ops), "restore", "-exist")
