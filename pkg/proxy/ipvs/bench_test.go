@@ -296,6 +296,14 @@ func BenchmarkFullSyncResync(b *testing.B) {
 		b.Run(sizeName(n), func(b *testing.B) {
 			c := benchCluster(n)
 			p, k, clk := startSteady(b, c)
+			// BENCH_SLICE_KEYS sets the slice size (0: one comparison, as before slices).
+			if v, ok := os.LookupEnv("BENCH_SLICE_KEYS"); ok {
+				n, err := strconv.Atoi(v)
+				if err != nil {
+					b.Fatalf("BENCH_SLICE_KEYS=%q: %v", v, err)
+				}
+				p.resyncSliceKeys = n
+			}
 			runtime.GC()
 			var ops kernelOpCounts
 			var longest time.Duration
