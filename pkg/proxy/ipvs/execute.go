@@ -81,7 +81,7 @@ func (p *Proxier) execute(ctx context.Context, pl *syncPlan, outRules []string, 
 		}
 	}
 	stats.phase(p.clock.Now(), "rules")
-	if pl.full {
+	if pl.full && !pl.rulesChecked {
 		if err := p.rules.ensureJumps(ctx, stats); err != nil {
 			return out, err
 		}
@@ -194,6 +194,9 @@ func (p *Proxier) executeIPTables(ctx context.Context, rules []byte, outRules []
 	restore := func(text []byte) error {
 		stats.IPTablesWrite = true
 		stats.count(opIPTablesRestore)
+		p.rulesGuard.mu.Lock()
+		defer p.rulesGuard.mu.Unlock()
+		p.rulesGuard.wrote()
 		return p.kernel.IPTables.RestoreAll(ctx, text, iptables.NoFlushTables, iptables.RestoreCount)
 	}
 	err := restore(rules)

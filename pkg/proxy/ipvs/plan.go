@@ -22,6 +22,9 @@ import (
 // and last the addresses nobody wants any more.
 type syncPlan struct {
 	full bool
+	// rulesChecked: a full sync whose chains and jumps were checked beside the loop
+	// (rules_beside.go): neither is written unless the text changed.
+	rulesChecked bool
 	// sets are the ipset member changes, sent as one `ipset restore`.
 	sets []setChange
 	// binds are addresses to bind to kube-ipvs0.
@@ -97,6 +100,8 @@ type planInput struct {
 	touched *touched
 	// rules is the current text of our iptables chains.
 	rules []byte
+	// rulesChecked: the chains were checked beside the loop (rules_beside.go).
+	rulesChecked bool
 	// draining reports whether a real server is draining (weight 0, deadline set).
 	draining func(drainKey) bool
 	// drainTerminating: TCP real servers with traffic drain at weight 0 instead of
@@ -107,7 +112,7 @@ type planInput struct {
 
 // planSync computes the writes for the touched keys. It does no I/O.
 func planSync(in *planInput) *syncPlan {
-	pl := &syncPlan{full: in.full}
+	pl := &syncPlan{full: in.full, rulesChecked: in.rulesChecked}
 	a, ix, t := in.applied, in.index, in.touched
 
 	for e := range t.entries {
@@ -133,7 +138,7 @@ func planSync(in *planInput) *syncPlan {
 
 	// Our chains are rewritten whole, but only when their text changes (or on a full
 	// sync, which also repairs tampering).
-	if in.full || string(in.rules) != string(a.iptables) {
+	if in.full && !in.rulesChecked || string(in.rules) != string(a.iptables) {
 		pl.iptables = in.rules
 	}
 

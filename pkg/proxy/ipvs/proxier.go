@@ -209,6 +209,9 @@ type Proxier struct {
 	betweenSlices func()
 	// setsEmptied is set by a backend's prepare that wrote its sets anew (empty).
 	setsEmptied bool
+	// rulesGuard orders the writes of our iptables chains, in the loop and beside
+	// it (rules_beside.go).
+	rulesGuard rulesGuard
 }
 
 // SyncStats describes one sync.

@@ -62,6 +62,9 @@ func (p *Proxier) quietRefusals(ctx context.Context, addrs []string, stats *Sync
 	restore := func(op string) error {
 		stats.IPTablesWrite = true
 		stats.count(opIPTablesRestore)
+		p.rulesGuard.mu.Lock()
+		defer p.rulesGuard.mu.Unlock()
+		p.rulesGuard.wrote()
 		return p.kernel.IPTables.RestoreAll(ctx, quietRules(p.opts.IPFamily, op, addrs), iptables.NoFlushTables, iptables.NoRestoreCount)
 	}
 	if err := restore("-I"); err != nil {

@@ -112,9 +112,25 @@ func (p *Proxier) startResync() {
 		ipvsH, nl = p.kernel.Reader.IPVS, p.kernel.Reader.Netlink
 	}
 	ctx := p.ctx
+	// With the iptables backend the read also checks our chains and jumps.
+	_, checkRules := p.rules.(iptablesBackend)
+	var want []byte
+	var gen uint64
+	if checkRules && p.applied != nil {
+		want = p.applied.iptables
+		p.rulesGuard.mu.Lock()
+		gen = p.rulesGuard.gen
+		p.rulesGuard.mu.Unlock()
+	}
 	p.goResync(func() {
 		defer close(r.done)
 		r.state, r.err = p.observe(ctx, ipvsH, nl, &r.stats)
+		if r.err == nil && checkRules && p.kernel.IPTables != nil {
+			r.state.rulesChecked = p.checkRulesBeside(ctx, want, gen, &r.stats)
+			if r.state.rulesChecked {
+				r.state.iptables = want
+			}
+		}
 		if p.syncRunner != nil {
 			p.syncRunner.Run() // the next sync takes it
 		}

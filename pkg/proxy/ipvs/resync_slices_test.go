@@ -9,7 +9,9 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 
+	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/proxy"
 	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/ipset"
+	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/iptables"
 	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/ipvs"
 	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/netlink"
 	nft "github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/nftables"
@@ -131,5 +133,88 @@ func TestResyncInSlices(t *testing.T) {
 				t.Errorf("after the resync: %+v, slicer %v", st, sliced.p.slicer)
 			}
 		})
+	}
+}
+
+// TestRulesCheckedBesideTheLoop: with the iptables backend a periodic resync checks
+// our chains and jumps beside the loop (rules_beside.go). The first check writes the
+// rules and reads back their printed form; later checks only read; a flushed chain or
+// a deleted jump is repaired there; the sync after the read writes nothing to
+// iptables. When the loop wrote our chains while the read ran, the check leaves them
+// to that full sync, which writes them in the loop as before.
+func TestRulesCheckedBesideTheLoop(t *testing.T) {
+	e := newTestEnv(t, v1.IPv4Protocol)
+	svc := func(mods ...func(*v1.Service)) *v1.Service {
+		return makeService("ns", "web", append([]func(*v1.Service){clusterIP("10.96.0.1"), port("p", v1.ProtocolTCP, 80, 0)}, mods...)...)
+	}
+	e.start(svc(), makeSlice("ns", "web", "w-1", tcp("p", 80), endpoint("10.244.1.1")))
+	want := e.iptablesSave()
+	ctx := context.Background()
+	var besideRestores, loopRestores int
+	// The read runs when the test says: the restores it makes are told apart from
+	// the loop's by counting around it.
+	var pending func()
+	e.p.goResync = func(f func()) { pending = f }
+	resync := func(between func()) SyncStats {
+		t.Helper()
+		e.clock.Step(e.opts.SyncPeriod)
+		e.mustSync() // starts the read
+		if pending == nil {
+			t.Fatal("no resync read started")
+		}
+		if between != nil {
+			between()
+		}
+		e.ipt.ResetCounters()
+		pending()
+		pending = nil
+		besideRestores = e.ipt.Counters().Restores
+		e.ipt.ResetCounters()
+		st := e.mustSync()
+		if !st.Full {
+			t.Fatalf("the sync after the read: %+v, want the full one", st)
+		}
+		loopRestores = e.ipt.Counters().Restores
+		return st
+	}
+
+	resync(nil)
+	if besideRestores != 1 || loopRestores != 0 {
+		t.Errorf("first resync: %d restores beside the loop, %d in it; want the one that learns the printed form, none", besideRestores, loopRestores)
+	}
+	resync(nil)
+	if besideRestores != 0 || loopRestores != 0 {
+		t.Errorf("resync with nothing to repair: %d restores beside, %d in the loop; want none", besideRestores, loopRestores)
+	}
+
+	// Tampering: KUBE-SERVICES flushed, a jump deleted.
+	if err := e.ipt.RestoreAll(ctx, []byte("*nat\n:KUBE-SERVICES - [0:0]\nCOMMIT\n"), iptables.NoFlushTables, iptables.NoRestoreCount); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.ipt.DeleteRule(ctx, "filter", "INPUT", "-m", "comment", "--comment", "kubernetes ipvs access filter", "-j", "KUBE-IPVS-FILTER"); err != nil {
+		t.Fatal(err)
+	}
+	if e.iptablesSave() == want {
+		t.Fatal("the tampering changed nothing")
+	}
+	resync(nil)
+	if besideRestores != 1 || loopRestores != 0 {
+		t.Errorf("resync after tampering: %d restores beside, %d in the loop; want the one repair beside", besideRestores, loopRestores)
+	}
+	if got := e.iptablesSave(); got != want {
+		t.Errorf("after the repair beside the loop:\n%s\nwant\n%s", got, want)
+	}
+
+	// The loop writes our chains while the read runs (a scheduler change's quiet
+	// rules): the check stands back, the full sync writes them.
+	resync(func() {
+		e.add(svc(annotate(proxy.AnnotationScheduler, "lc")))
+		e.mustSync()
+	})
+	if besideRestores != 0 || loopRestores != 1 {
+		t.Errorf("resync after a write in the loop: %d restores beside, %d in the loop; want none and the full sync's", besideRestores, loopRestores)
+	}
+	if got := e.iptablesSave(); got != want {
+		t.Errorf("after that resync:\n%s\nwant\n%s", got, want)
 	}
 }

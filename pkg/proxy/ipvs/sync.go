@@ -24,6 +24,9 @@ type appliedState struct {
 	// nftOther are the nftables elements no entry stands for one to one (the source
 	// ranges, and elements someone else added); nil with the iptables backend.
 	nftOther nftElements
+	// rulesChecked: a resync read that also checked our iptables chains and jumps
+	// beside the loop, which hold iptables (rules_beside.go).
+	rulesChecked bool
 }
 
 type appliedVS struct {
@@ -181,6 +184,7 @@ func (p *Proxier) sync(ctx context.Context, full bool, snap *appliedState, start
 		applied:          p.applied,
 		touched:          t,
 		rules:            p.rules.rulesText(outRules),
+		rulesChecked:     full && snap != nil && snap.rulesChecked,
 		draining:         func(k drainKey) bool { _, ok := p.draining[k]; return ok },
 		drainTerminating: p.bc.drainTerminating,
 		excluded:         p.excluded,
