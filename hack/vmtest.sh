@@ -9,7 +9,8 @@
 #
 # PACKAGE defaults to the kernel layers: ./pkg/util/ipvs ./pkg/util/netlink
 # ./pkg/util/conntrack ./pkg/util/sysctl ./pkg/util/nftables (its conformance
-# scenarios against the VM's older kernel, beside the host's), and the VM tests of the command
+# scenarios against the VM's older kernel, beside the host's), ./pkg/util/ipset's
+# conformance scenarios with and without its netlink writes (the same), and the VM tests of the command
 # (./cmd/kube-proxy/app:^TestVM: --init-only's sysctls; the package's other tests
 # read testdata the VM does not have and run on the host). PACKAGE:REGEXP runs
 # only that package's tests matching REGEXP. Binaries go to _output/vmtest/.
@@ -23,7 +24,8 @@ if [[ ${1:-} == -run ]]; then
 	shift 2
 fi
 pkgs=("$@")
-((${#pkgs[@]})) || pkgs=(./pkg/util/ipvs ./pkg/util/netlink ./pkg/util/conntrack ./pkg/util/sysctl ./pkg/util/nftables ./cmd/kube-proxy/app:^TestVM)
+((${#pkgs[@]})) || pkgs=(./pkg/util/ipvs ./pkg/util/netlink ./pkg/util/conntrack ./pkg/util/sysctl ./pkg/util/nftables
+	'./pkg/util/ipset:^TestIntegration(Conformance|ConformanceNetlink|NetlinkWritesNoProcess)$' ./cmd/kube-proxy/app:^TestVM)
 
 out=_output/vmtest
 mkdir -p "$out"
