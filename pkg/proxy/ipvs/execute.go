@@ -472,46 +472,24 @@ func (p *Proxier) noteConntrack(vs *ipvs.VirtualServer, ct *[]conntrackTarget) {
 // missing: a process per rule per full sync costs seconds on a busy or emulated node
 // and holds back every change queued behind the sync.
 func (p *Proxier) ensureJumpRules(ctx context.Context, stats *SyncStats) error {
-	saved := map[iptables.Table]string{}
-	missing := map[iptables.Table][]string{}
-	var tables []iptables.Table
-	for _, j := range jumpRules {
-		text, ok := saved[j.table]
-		if !ok {
-			var buf bytes.Buffer
-			stats.count(opIPTablesSave)
-			if err := p.kernel.IPTables.SaveInto(ctx, j.table, &buf); err == nil {
-				text = buf.String()
-			}
-			saved[j.table] = text // "" after a failed read: every jump is ensured
+	var saved strings.Builder
+	for _, t := range []iptables.Table{iptables.TableNAT, iptables.TableFilter} {
+		var buf bytes.Buffer
+		stats.count(opIPTablesSave)
+		// A failed read leaves the table out: every jump into it is ensured.
+		if err := p.kernel.IPTables.SaveInto(ctx, t, &buf); err == nil {
+			saved.Write(buf.Bytes())
 		}
-		line := jumpRuleLine(j.from, j.comment, j.to)
-		if strings.Contains(text, "\n"+line+"\n") {
-			continue
-		}
-		if missing[j.table] == nil {
-			tables = append(tables, j.table)
-		}
-		// -I: each goes first, so the jumps end in the order upstream's one
-		// `iptables -I` per jump leaves them.
-		missing[j.table] = append(missing[j.table], "-I"+line[2:])
-	}
-	if len(tables) == 0 {
-		return nil
 	}
 	// Every missing jump in one iptables-restore (no chain declared, so nothing is
 	// flushed), instead of an `iptables -C` and an `iptables -I` per jump: at a
 	// first start that was 18 processes, 8 s of an empty family's first sync under TCG.
-	var b bytes.Buffer
-	for _, t := range tables {
-		b.WriteString("*" + string(t) + "\n")
-		for _, l := range missing[t] {
-			b.WriteString(l + "\n")
-		}
-		b.WriteString("COMMIT\n")
+	missing := missingJumps(saved.String())
+	if missing == "" {
+		return nil
 	}
 	stats.count(opIPTablesRestore)
-	if err := p.kernel.IPTables.RestoreAll(ctx, b.Bytes(), iptables.NoFlushTables, iptables.NoRestoreCount); err != nil {
+	if err := p.kernel.IPTables.RestoreAll(ctx, []byte(missing), iptables.NoFlushTables, iptables.NoRestoreCount); err != nil {
 		return fmt.Errorf("ensuring the jumps into our chains: %w", err)
 	}
 	return nil

@@ -85,8 +85,9 @@ func (p *Proxier) saveTables(ctx context.Context) (string, error) {
 	return all.String(), nil
 }
 
-// missingJumps returns the restore text that inserts the jumps saved lacks ("" when
-// none is missing).
+// missingJumps returns the restore text that inserts the jumps saved (iptables-save
+// output) lacks, "" when none is missing. Each goes in with -I, so the jumps end in
+// the order upstream's one `iptables -I` per jump leaves them.
 func missingJumps(saved string) string {
 	missing := map[iptables.Table][]string{}
 	var tables []iptables.Table
