@@ -27,9 +27,11 @@ import (
 
 var (
 	repoRoot string
-	cp       *framework.ControlPlane
-	vm       *framework.VM
-	node     *framework.Node
+	// binaryNote says which binary runs as our daemon and whether the tree is newer.
+	binaryNote string
+	cp         *framework.ControlPlane
+	vm         *framework.VM
+	node       *framework.Node
 
 	proxyOnce sync.Once
 	proxyErr  error
@@ -66,6 +68,15 @@ func run(m *testing.M) int {
 	if _, err := os.Stat(bin); err != nil {
 		fmt.Printf("e2e: FAIL: %s missing: run `make build` (CGO_ENABLED=0) first\n", bin)
 		return 1
+	}
+	if newer, err := framework.NewerSource(repoRoot, bin); err != nil {
+		fmt.Println("e2e: FAIL: comparing the binary with the sources:", err)
+		return 1
+	} else if newer != "" {
+		binaryNote = fmt.Sprintf("%s, OLDER THAN %s: not the code in this tree", bin, newer)
+		logf("WARNING: %s is older than %s: the daemon under test is not the code in this tree (run `make build`)", bin, newer)
+	} else {
+		binaryNote = bin + ", newer than every source file of the daemon"
 	}
 	start := time.Now()
 	cp, err = framework.StartControlPlane(ctx, repoRoot, logf)

@@ -439,6 +439,7 @@ func TestScaleVM(t *testing.T) {
 	}
 	created := time.Since(s)
 	logf("%d Services and %d EndpointSlices created in %s", nsvc, nsvc, scaleSecs(created))
+	scaleResult("binary: %s", binaryNote)
 	scaleResult("machine: host %d cores (%s), load average %s at start", runtime.NumCPU(), scaleHostCPU(),
 		strings.Join(strings.Fields(string(load0))[:3], " "))
 	scaleResult("VM: accel %s (cpu %q), %s vCPUs, %s MiB, kernel %s", accel, cpuf[0], cpuf[1], cpuf[2], cpuf[3])

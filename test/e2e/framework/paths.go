@@ -34,3 +34,38 @@ func RepoRoot() (string, error) {
 
 // Logf is where the framework reports progress (testing.T.Logf, log.Printf...).
 type Logf func(format string, args ...any)
+
+// NewerSource returns the Go source file of the daemon (under cmd/ and pkg/, tests
+// left out) changed after the binary bin was built, "" when there is none. The suite
+// runs bin as it finds it: a binary older than the tree is not the code under test
+// (a scale run measured the wrong commit that way once).
+func NewerSource(repoRoot, bin string) (string, error) {
+	st, err := os.Stat(bin)
+	if err != nil {
+		return "", err
+	}
+	built := st.ModTime()
+	var newer string
+	for _, dir := range []string{"cmd", "pkg"} {
+		err := filepath.WalkDir(filepath.Join(repoRoot, dir), func(path string, d os.DirEntry, err error) error {
+			if err != nil || newer != "" {
+				return err
+			}
+			if d.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+				return nil
+			}
+			info, err := d.Info()
+			if err != nil {
+				return err
+			}
+			if info.ModTime().After(built) {
+				newer = path
+			}
+			return nil
+		})
+		if err != nil {
+			return "", err
+		}
+	}
+	return newer, nil
+}
