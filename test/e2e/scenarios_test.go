@@ -265,11 +265,19 @@ func TestHealthzAndMetrics(t *testing.T) {
 	if !strings.Contains(out, "lastUpdated") {
 		t.Errorf("/healthz body %q has no lastUpdated", out)
 	}
-	out = guest(t, ctx, "timeout 5 wget -q -O - http://127.0.0.1:10249/metrics")
-	for _, m := range []string{"kubeproxy_sync_proxy_rules_duration_seconds", "kubeproxy_sync_proxy_rules_last_timestamp_seconds"} {
-		if !strings.Contains(out, m) {
-			t.Errorf("/metrics lacks %s", m)
+	// The sync metrics appear when the first sync ends; readiness (our chains and
+	// kube-ipvs0 exist) comes a little before that, so a first scenario may be early.
+	err := framework.Eventually(ctx, 30*time.Second, time.Second, func(ctx context.Context) error {
+		out := guest(t, ctx, "timeout 5 wget -q -O - http://127.0.0.1:10249/metrics")
+		for _, m := range []string{"kubeproxy_sync_proxy_rules_duration_seconds", "kubeproxy_sync_proxy_rules_last_timestamp_seconds"} {
+			if !strings.Contains(out, m) {
+				return fmt.Errorf("/metrics lacks %s", m)
+			}
 		}
+		return nil
+	})
+	if err != nil {
+		t.Error(err)
 	}
 }
 
