@@ -1,13 +1,11 @@
 package ipvs
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"net"
 	"slices"
-	"strings"
 
 	"k8s.io/apimachinery/pkg/types"
 
@@ -472,19 +470,12 @@ func (p *Proxier) noteConntrack(vs *ipvs.VirtualServer, ct *[]conntrackTarget) {
 // missing: a process per rule per full sync costs seconds on a busy or emulated node
 // and holds back every change queued behind the sync.
 func (p *Proxier) ensureJumpRules(ctx context.Context, stats *SyncStats) error {
-	var saved strings.Builder
-	for _, t := range []iptables.Table{iptables.TableNAT, iptables.TableFilter} {
-		var buf bytes.Buffer
-		stats.count(opIPTablesSave)
-		// A failed read leaves the table out: every jump into it is ensured.
-		if err := p.kernel.IPTables.SaveInto(ctx, t, &buf); err == nil {
-			saved.Write(buf.Bytes())
-		}
-	}
+	// A table that cannot be read is left out: every jump into it is ensured.
+	saved, _ := p.saveTables(ctx, stats)
 	// Every missing jump in one iptables-restore (no chain declared, so nothing is
 	// flushed), instead of an `iptables -C` and an `iptables -I` per jump: at a
 	// first start that was 18 processes, 8 s of an empty family's first sync under TCG.
-	missing := missingJumps(saved.String())
+	missing := missingJumps(saved)
 	if missing == "" {
 		return nil
 	}

@@ -210,9 +210,7 @@ func (b *nftBackend) prepare(ctx context.Context, stats *SyncStats) error {
 	b.quietMu.Lock()
 	defer b.quietMu.Unlock()
 	tx.FlushSet(b.fam.name(nftQuietSet))
-	if len(b.quieted) > 0 {
-		tx.AddElements(b.fam.name(nftQuietSet), b.quietElements(slices.Sorted(maps.Keys(b.quieted)))...)
-	}
+	b.keepLingering(tx)
 	deleteObjects(tx, stale(chains), stale(setNames))
 	err = rs.Run(ctx, tx)
 	if err == nil {
@@ -223,9 +221,7 @@ func (b *nftBackend) prepare(ctx context.Context, stats *SyncStats) error {
 	tx.AddTable()
 	deleteObjects(tx, chains, setNames)
 	b.writeProgramme(tx, prog)
-	if len(b.quieted) > 0 {
-		tx.AddElements(b.fam.name(nftQuietSet), b.quietElements(slices.Sorted(maps.Keys(b.quieted)))...)
-	}
+	b.keepLingering(tx)
 	if err := rs.Run(ctx, tx); err != nil {
 		return fmt.Errorf("writing the nftables programme of table %s: %w", nftTable, err)
 	}
@@ -559,6 +555,14 @@ func (b *nftBackend) endQuiet(addrs []string) {
 	tx.DeleteElements(set, b.quietElements(done)...)
 	if err := b.rs.Run(context.Background(), tx); err != nil {
 		b.p.logger.Error(err, "Could not remove the addresses that held back refusals during a scheduler change; the next full sync empties the set", "addresses", done, "set", set)
+	}
+}
+
+// keepLingering puts the addresses whose quiet still lingers back into the set tx
+// has just emptied (b.quietMu held).
+func (b *nftBackend) keepLingering(tx *nft.Transaction) {
+	if len(b.quieted) > 0 {
+		tx.AddElements(b.fam.name(nftQuietSet), b.quietElements(slices.Sorted(maps.Keys(b.quieted)))...)
 	}
 }
 

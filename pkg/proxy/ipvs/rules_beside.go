@@ -3,6 +3,7 @@ package ipvs
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -72,17 +73,21 @@ func ourChainLines(rules []byte, saved string) string {
 	return b.String()
 }
 
-// saveTables reads the nat and filter tables (iptables-save), as one text.
-func (p *Proxier) saveTables(ctx context.Context) (string, error) {
+// saveTables reads the nat and filter tables (iptables-save) as one text. A table
+// that cannot be read is left out and its error returned with what was read.
+func (p *Proxier) saveTables(ctx context.Context, stats *SyncStats) (string, error) {
 	var all strings.Builder
+	var errs []error
 	for _, t := range []iptables.Table{iptables.TableNAT, iptables.TableFilter} {
 		var buf bytes.Buffer
+		stats.count(opIPTablesSave)
 		if err := p.kernel.IPTables.SaveInto(ctx, t, &buf); err != nil {
-			return "", fmt.Errorf("reading table %s: %w", t, err)
+			errs = append(errs, fmt.Errorf("reading table %s: %w", t, err))
+			continue
 		}
 		all.Write(buf.Bytes())
 	}
-	return all.String(), nil
+	return all.String(), errors.Join(errs...)
 }
 
 // missingJumps returns the restore text that inserts the jumps saved (iptables-save
@@ -121,39 +126,44 @@ func (p *Proxier) checkRulesBeside(ctx context.Context, want []byte, gen uint64,
 	if want == nil {
 		return false
 	}
-	stats.count(opIPTablesSave)
-	stats.count(opIPTablesSave)
-	saved, err := p.saveTables(ctx)
+	saved, err := p.saveTables(ctx, stats)
 	if err != nil {
 		p.logger.Error(err, "Failed to read the iptables tables beside the sync loop; the full sync writes our chains")
 		return false
 	}
 	g.mu.Lock()
-	defer g.mu.Unlock()
 	if g.gen != gen {
+		g.mu.Unlock()
 		return false // the loop wrote our chains since: it knows better
 	}
 	jumps := missingJumps(saved)
 	if jumps == "" && g.text != nil && bytes.Equal(g.text, want) && ourChainLines(want, saved) == g.printed {
+		g.mu.Unlock()
 		return true
 	}
 	known := g.text != nil && bytes.Equal(g.text, want)
 	stats.count(opIPTablesRestore)
 	if err := p.kernel.IPTables.RestoreAll(ctx, slices.Concat(want, []byte(jumps)), iptables.NoFlushTables, iptables.RestoreCount); err != nil {
+		g.mu.Unlock()
 		p.logger.Error(err, "The kernel refused our chains beside the sync loop; the full sync writes them")
 		return false
 	}
 	stats.IPTablesWrite = true
-	stats.count(opIPTablesSave)
-	stats.count(opIPTablesSave)
-	back, err := p.saveTables(ctx)
-	if err != nil {
-		g.text, g.printed = nil, ""
-		return true // written; the next check reads the printed form
-	}
-	g.text, g.printed = want, ourChainLines(want, back)
+	g.text, g.printed = nil, ""
+	g.mu.Unlock()
 	if known || jumps != "" {
 		p.logger.Info("Repaired our iptables chains beside the sync loop", "jumpsMissing", jumps != "")
 	}
+	// The printed form is read without the lock, so a loop write never waits for
+	// it; it is kept only if no loop write came in between.
+	back, err := p.saveTables(ctx, stats)
+	if err != nil {
+		return true // written; the next check reads the printed form
+	}
+	g.mu.Lock()
+	if g.gen == gen {
+		g.text, g.printed = want, ourChainLines(want, back)
+	}
+	g.mu.Unlock()
 	return true
 }

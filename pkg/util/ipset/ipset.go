@@ -90,8 +90,9 @@ func (r *runner) Apply(ctx context.Context, tx *Transaction) error {
 		// A refusal over netlink leaves the batch to restore, which names it.
 		if done, err := r.nl.apply(ctx, ops); done && err == nil {
 			return nil
-		} else if ctx.Err() != nil {
-			return ctx.Err()
+		}
+		if err := ctx.Err(); err != nil {
+			return err
 		}
 	}
 	timeout := r.restoreTimeout + time.Duration(len(ops))*r.restorePerLine
