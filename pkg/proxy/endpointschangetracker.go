@@ -49,7 +49,7 @@ func NewEndpointsChangeTracker(ipFamily v1.IPFamily, nodeName string) *Endpoints
 // returns true if this call changed what is pending, i.e. a sync is needed. Slices of
 // the other family or of type FQDN, and slices without the service-name label, are
 // ignored.
-func (ect *EndpointsChangeTracker) EndpointSliceUpdate(slice *discovery.EndpointSlice, removeSlice bool) bool {
+func (ect *EndpointsChangeTracker) EndpointSliceUpdate(slice *EndpointSliceRecord, removeSlice bool) bool {
 	if slice == nil {
 		return false
 	}
@@ -57,7 +57,12 @@ func (ect *EndpointsChangeTracker) EndpointSliceUpdate(slice *discovery.Endpoint
 		klog.V(5).InfoS("Ignoring EndpointSlice of another address type", "endpointSlice", klog.KObj(slice), "addressType", slice.AddressType, "ipFamily", ect.ipFamily)
 		return false
 	}
-	svc, sliceName, err := sliceKeys(slice)
+	if slice.nodeName != ect.cache.nodeName {
+		// Which endpoints are local was decided for another node: a wiring error.
+		klog.ErrorS(nil, "Ignoring EndpointSlice reduced for another node", "endpointSlice", klog.KObj(slice), "node", slice.nodeName, "proxierNode", ect.cache.nodeName)
+		return false
+	}
+	svc, sliceName, err := slice.keys()
 	if err != nil {
 		klog.InfoS("Ignoring EndpointSlice", "endpointSlice", klog.KObj(slice), "err", err)
 		return false
@@ -65,13 +70,17 @@ func (ect *EndpointsChangeTracker) EndpointSliceUpdate(slice *discovery.Endpoint
 
 	ect.lock.Lock()
 	defer ect.lock.Unlock()
-	changed := ect.cache.updatePending(svc, sliceName, slice, removeSlice)
+	info := slice.info
+	if removeSlice {
+		info = removedSlice
+	}
+	changed := ect.cache.updatePending(svc, sliceName, info)
 	if changed {
 		// A deleted slice's trigger time is that of its last update, not of the
 		// deletion, so it would misreport latency.
 		if removeSlice {
 			delete(ect.lastChangeTriggerTimes, svc)
-		} else if t := lastChangeTriggerTime(slice); !t.IsZero() && t.After(ect.startTime) {
+		} else if t := slice.TriggerTime; !t.IsZero() && t.After(ect.startTime) {
 			ect.lastChangeTriggerTimes[svc] = append(ect.lastChangeTriggerTimes[svc], t)
 		}
 	}
@@ -92,21 +101,6 @@ func (ect *EndpointsChangeTracker) PendingChangeCount() int {
 	ect.lock.Lock()
 	defer ect.lock.Unlock()
 	return ect.cache.pending.Len()
-}
-
-// lastChangeTriggerTime parses endpoints.kubernetes.io/last-change-trigger-time; zero
-// when absent or malformed.
-func lastChangeTriggerTime(slice *discovery.EndpointSlice) time.Time {
-	val, ok := slice.Annotations[v1.EndpointsLastChangeTriggerTime]
-	if !ok {
-		return time.Time{}
-	}
-	t, err := time.Parse(time.RFC3339Nano, val)
-	if err != nil {
-		klog.InfoS("Ignoring malformed last-change-trigger-time annotation", "endpointSlice", klog.KObj(slice), "value", val, "err", err)
-		return time.Time{}
-	}
-	return t
 }
 
 // UpdateEndpointsMapResult says what an EndpointsMap.Update changed.

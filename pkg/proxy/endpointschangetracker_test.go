@@ -20,6 +20,12 @@ import (
 
 const thisNode = "node-a"
 
+// sliceUpdate hands slice to ect as the EndpointSlice informer does: as its record,
+// reduced for ect's node.
+func sliceUpdate(ect *EndpointsChangeTracker, slice *discovery.EndpointSlice, remove bool) bool {
+	return ect.EndpointSliceUpdate(NewEndpointSliceRecord(slice, ect.cache.nodeName), remove)
+}
+
 // dumpEndpoints renders an EndpointsMap as text, one endpoint per line, in map order
 // of service ports (sorted) and the map's own order of endpoints (which must already
 // be sorted).
@@ -307,7 +313,7 @@ func TestEndpointSliceParsing(t *testing.T) {
 			ect := NewEndpointsChangeTracker(family, thisNode)
 			var changed []bool
 			for _, s := range tc.slices {
-				changed = append(changed, ect.EndpointSliceUpdate(s, false))
+				changed = append(changed, sliceUpdate(ect, s, false))
 			}
 			if diff := cmp.Diff(tc.wantChanged, changed); diff != "" {
 				t.Errorf("EndpointSliceUpdate returns (-want +got):\n%s", diff)
@@ -480,13 +486,13 @@ func TestEndpointsChangeTracker(t *testing.T) {
 			ect := NewEndpointsChangeTracker(v1.IPv4Protocol, thisNode)
 			em := make(EndpointsMap)
 			for _, e := range tc.initial {
-				ect.EndpointSliceUpdate(e.slice, e.remove)
+				sliceUpdate(ect, e.slice, e.remove)
 			}
 			em.Update(ect)
 
 			var changed []bool
 			for _, e := range tc.events {
-				changed = append(changed, ect.EndpointSliceUpdate(e.slice, e.remove))
+				changed = append(changed, sliceUpdate(ect, e.slice, e.remove))
 			}
 			if diff := cmp.Diff(tc.wantChanged, changed); diff != "" {
 				t.Errorf("EndpointSliceUpdate returns (-want +got):\n%s", diff)
@@ -520,14 +526,14 @@ func TestLastChangeTriggerTimes(t *testing.T) {
 		s.Annotations = map[string]string{v1.EndpointsLastChangeTriggerTime: at.Format(time.RFC3339Nano)}
 		return s
 	}
-	ect.EndpointSliceUpdate(annotated("a-1", "a", "10.1.0.1", after), false)
-	ect.EndpointSliceUpdate(annotated("a-1", "a", "10.1.0.2", after.Add(time.Second)), false)
-	ect.EndpointSliceUpdate(annotated("b-1", "b", "10.1.0.3", before), false) // predates the tracker
+	sliceUpdate(ect, annotated("a-1", "a", "10.1.0.1", after), false)
+	sliceUpdate(ect, annotated("a-1", "a", "10.1.0.2", after.Add(time.Second)), false)
+	sliceUpdate(ect, annotated("b-1", "b", "10.1.0.3", before), false) // predates the tracker
 	malformed := makeSlice("c-1", "c", v4, http80, endpoint("10.1.0.4"))
 	malformed.Annotations = map[string]string{v1.EndpointsLastChangeTriggerTime: "yesterday"}
-	ect.EndpointSliceUpdate(malformed, false)
-	ect.EndpointSliceUpdate(annotated("d-1", "d", "10.1.0.5", after), false)
-	ect.EndpointSliceUpdate(annotated("d-1", "d", "10.1.0.5", after), true) // deletion drops d's times
+	sliceUpdate(ect, malformed, false)
+	sliceUpdate(ect, annotated("d-1", "d", "10.1.0.5", after), false)
+	sliceUpdate(ect, annotated("d-1", "d", "10.1.0.5", after), true) // deletion drops d's times
 
 	em := make(EndpointsMap)
 	got := em.Update(ect).LastChangeTriggerTimes

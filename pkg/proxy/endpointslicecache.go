@@ -2,7 +2,6 @@ package proxy
 
 import (
 	"cmp"
-	"fmt"
 	"net/netip"
 	"reflect"
 	"slices"
@@ -96,23 +95,11 @@ func newEndpointSliceCache(family v1.IPFamily, nodeName string) *endpointSliceCa
 	return &endpointSliceCache{family: family, nodeName: nodeName, byService: make(map[types.NamespacedName]*sliceTracker), pending: sets.New[types.NamespacedName]()}
 }
 
-// sliceKeys returns the Service a slice belongs to and the slice's own name.
-func sliceKeys(slice *discovery.EndpointSlice) (types.NamespacedName, string, error) {
-	svcName := slice.Labels[discovery.LabelServiceName]
-	if svcName == "" {
-		return types.NamespacedName{}, "", fmt.Errorf("endpoint slice %s/%s has no %s label", slice.Namespace, slice.Name, discovery.LabelServiceName)
-	}
-	if slice.Namespace == "" || slice.Name == "" {
-		return types.NamespacedName{}, "", fmt.Errorf("endpoint slice for service %s has no namespace or name", svcName)
-	}
-	return types.NamespacedName{Namespace: slice.Namespace, Name: svcName}, slice.Name, nil
-}
-
 // updatePending records slice as pending and reports whether that changed the
 // pending state. A slice that goes back to what is applied (or an unseen slice that is
 // removed) leaves no pending entry, so PendingChanges counts only real changes.
-func (c *endpointSliceCache) updatePending(svc types.NamespacedName, sliceName string, slice *discovery.EndpointSlice, remove bool) bool {
-	info := c.newSliceInfo(svc, slice, remove)
+func (c *endpointSliceCache) updatePending(svc types.NamespacedName, sliceName string, info *sliceInfo) bool {
+	remove := info.remove
 	tracker := c.byService[svc]
 	var applied, pending *sliceInfo
 	var inApplied, inPending bool
@@ -190,13 +177,14 @@ func (c *endpointSliceCache) checkoutChanges() map[types.NamespacedName]*endpoin
 	return changes
 }
 
-// newSliceInfo validates and reduces a slice; a removal keeps no content.
-func (c *endpointSliceCache) newSliceInfo(svc types.NamespacedName, slice *discovery.EndpointSlice, remove bool) *sliceInfo {
-	info := &sliceInfo{remove: remove}
-	if remove {
-		return info
-	}
-	logger := sliceLogger{slice: slice, svc: svc, family: c.family}
+// removedSlice marks a slice's removal in the pending list.
+var removedSlice = &sliceInfo{remove: true}
+
+// newSliceInfo validates and reduces a slice of svc for the proxier of family on
+// nodeName.
+func newSliceInfo(slice *discovery.EndpointSlice, svc types.NamespacedName, family v1.IPFamily, nodeName string) *sliceInfo {
+	info := &sliceInfo{}
+	logger := sliceLogger{slice: slice, svc: svc, family: family}
 	for _, p := range slice.Ports {
 		switch {
 		case p.Name == nil:
@@ -234,7 +222,7 @@ func (c *endpointSliceCache) newSliceInfo(svc types.NamespacedName, slice *disco
 			logger.Info("Ignoring endpoint with invalid address", "address", ep.Addresses[0])
 			continue
 		}
-		if ipFamilyOf(ip) != c.family {
+		if ipFamilyOf(ip) != family {
 			logger.Info("Ignoring endpoint whose address does not match the slice's family", "address", ep.Addresses[0])
 			continue
 		}
@@ -252,7 +240,7 @@ func (c *endpointSliceCache) newSliceInfo(svc types.NamespacedName, slice *disco
 			Terminating: ep.Conditions.Terminating != nil && *ep.Conditions.Terminating,
 		}
 		if ep.NodeName != nil {
-			addr.IsLocal = c.nodeName != "" && *ep.NodeName == c.nodeName
+			addr.IsLocal = nodeName != "" && *ep.NodeName == nodeName
 		}
 		if ep.Hints != nil && (len(ep.Hints.ForZones) > 0 || len(ep.Hints.ForNodes) > 0) {
 			addr.Hints = &EndpointHints{}

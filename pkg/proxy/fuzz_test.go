@@ -248,7 +248,7 @@ func FuzzEndpointSliceMerge(f *testing.F) {
 			live := map[key]*discovery.EndpointSlice{}
 			var order []key
 			for _, op := range ops {
-				ect.EndpointSliceUpdate(op.slice, op.remove)
+				sliceUpdate(ect, op.slice, op.remove)
 				if op.slice.AddressType == addressTypeOf(family) {
 					k := key{op.slice.Labels[discovery.LabelServiceName], op.slice.Name}
 					if op.remove {
@@ -270,7 +270,7 @@ func FuzzEndpointSliceMerge(f *testing.F) {
 			fresh := NewEndpointsChangeTracker(family, thisNode)
 			for _, k := range slices.Backward(order) {
 				if s, ok := live[k]; ok {
-					fresh.EndpointSliceUpdate(s, false)
+					sliceUpdate(fresh, s, false)
 				}
 			}
 			want := EndpointsMap{}

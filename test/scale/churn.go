@@ -223,10 +223,11 @@ func RunChurn(ctx context.Context, cfg ChurnConfig) (*ChurnResult, error) {
 	last := cfg.Services - 1
 	ready := watched.waitFor(clusterIPKey(last, c.Slices[last].Endpoints[cfg.EndpointsPerService-1].Addresses[0]))
 	start := time.Now()
-	factory := informers.NewSharedInformerFactory(client, 0)
+	// As the daemon's (cmd/kube-proxy/app/run.go): trimmed Services, slice records.
+	factory := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTransform(proxyconfig.TrimForCache))
 	svcConfig := proxyconfig.NewServiceConfig(ctx, factory.Core().V1().Services(), 0)
 	svcConfig.RegisterEventHandler(p)
-	epConfig := proxyconfig.NewEndpointSliceConfig(ctx, factory.Discovery().V1().EndpointSlices(), 0)
+	epConfig := proxyconfig.NewEndpointSliceConfig(ctx, factory.Discovery().V1().EndpointSlices(), 0, cluster.LocalNode)
 	epConfig.RegisterEventHandler(p)
 	var wg sync.WaitGroup
 	defer func() {

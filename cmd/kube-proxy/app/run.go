@@ -84,7 +84,7 @@ func (s *ProxyServer) Run(ctx context.Context) error {
 		informers.WithTransform(proxyconfig.TrimForCache))
 	serviceConfig := proxyconfig.NewServiceConfig(ctx, factory.Core().V1().Services(), resync)
 	serviceConfig.RegisterEventHandler(s.Proxier)
-	endpointSliceConfig := proxyconfig.NewEndpointSliceConfig(ctx, factory.Discovery().V1().EndpointSlices(), resync)
+	endpointSliceConfig := proxyconfig.NewEndpointSliceConfig(ctx, factory.Discovery().V1().EndpointSlices(), resync, s.NodeName)
 	endpointSliceConfig.RegisterEventHandler(s.Proxier)
 
 	nodeFactory := informers.NewSharedInformerFactoryWithOptions(s.Client, resync,

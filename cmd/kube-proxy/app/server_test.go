@@ -276,11 +276,13 @@ func (p *fakeProvider) OnServiceDelete(s *v1.Service) {
 	p.record(func() { delete(p.services, s.Namespace+"/"+s.Name) })
 }
 func (p *fakeProvider) OnServiceSynced() { p.record(func() { p.synced["services"] = true }) }
-func (p *fakeProvider) OnEndpointSliceAdd(s *discovery.EndpointSlice) {
+func (p *fakeProvider) OnEndpointSliceAdd(s *proxy.EndpointSliceRecord) {
 	p.record(func() { p.slices[s.Namespace+"/"+s.Name] = true })
 }
-func (p *fakeProvider) OnEndpointSliceUpdate(_, s *discovery.EndpointSlice) { p.OnEndpointSliceAdd(s) }
-func (p *fakeProvider) OnEndpointSliceDelete(s *discovery.EndpointSlice) {
+func (p *fakeProvider) OnEndpointSliceUpdate(_, s *proxy.EndpointSliceRecord) {
+	p.OnEndpointSliceAdd(s)
+}
+func (p *fakeProvider) OnEndpointSliceDelete(s *proxy.EndpointSliceRecord) {
 	p.record(func() { delete(p.slices, s.Namespace+"/"+s.Name) })
 }
 func (p *fakeProvider) OnEndpointSlicesSynced() { p.record(func() { p.synced["slices"] = true }) }

@@ -13,6 +13,8 @@ import (
 	discoveryinformers "k8s.io/client-go/informers/discovery/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
+
+	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/proxy"
 )
 
 // fanout is a list of handlers that may be added to while events are delivered.
@@ -83,6 +85,8 @@ type objectConfig[T any, H any] struct {
 	update   func(H, T, T)
 	remove   func(H, T)
 	isSynced func(H)
+	// convert, when set, takes the place of objectAs.
+	convert func(obj any) (T, bool)
 }
 
 func (c *objectConfig[T, H]) register(informer cache.SharedIndexInformer, resyncPeriod time.Duration) {
@@ -110,8 +114,16 @@ func (c *objectConfig[T, H]) Run(stopCh <-chan struct{}) {
 	})
 }
 
+// object returns obj as a T (see objectAs and convert).
+func (c *objectConfig[T, H]) object(obj any) (T, bool) {
+	if c.convert != nil {
+		return c.convert(obj)
+	}
+	return objectAs[T](c.logger, obj, c.kind)
+}
+
 func (c *objectConfig[T, H]) handleAdd(obj any) {
-	o, ok := objectAs[T](c.logger, obj, c.kind)
+	o, ok := c.object(obj)
 	if !ok {
 		return
 	}
@@ -119,11 +131,11 @@ func (c *objectConfig[T, H]) handleAdd(obj any) {
 }
 
 func (c *objectConfig[T, H]) handleUpdate(oldObj, newObj any) {
-	old, ok := objectAs[T](c.logger, oldObj, c.kind)
+	old, ok := c.object(oldObj)
 	if !ok {
 		return
 	}
-	o, ok := objectAs[T](c.logger, newObj, c.kind)
+	o, ok := c.object(newObj)
 	if !ok {
 		return
 	}
@@ -131,7 +143,7 @@ func (c *objectConfig[T, H]) handleUpdate(oldObj, newObj any) {
 }
 
 func (c *objectConfig[T, H]) handleDelete(obj any) {
-	o, ok := objectAs[T](c.logger, obj, c.kind)
+	o, ok := c.object(obj)
 	if !ok {
 		return
 	}
@@ -158,15 +170,21 @@ func NewServiceConfig(ctx context.Context, informer coreinformers.ServiceInforme
 	return c
 }
 
-// EndpointSliceConfig delivers EndpointSlice informer events to EndpointSliceHandlers.
+// EndpointSliceConfig delivers EndpointSlice informer events to EndpointSliceHandlers,
+// each slice as a proxy.EndpointSliceRecord.
 type EndpointSliceConfig struct {
-	objectConfig[*discovery.EndpointSlice, EndpointSliceHandler]
+	objectConfig[*proxy.EndpointSliceRecord, EndpointSliceHandler]
 }
 
-// NewEndpointSliceConfig registers on informer; resyncPeriod is configSyncPeriod.
-func NewEndpointSliceConfig(ctx context.Context, informer discoveryinformers.EndpointSliceInformer, resyncPeriod time.Duration) *EndpointSliceConfig {
-	c := &EndpointSliceConfig{objectConfig[*discovery.EndpointSlice, EndpointSliceHandler]{
-		logger:   klog.LoggerWithValues(klog.FromContext(ctx), "kind", "EndpointSlice"),
+// NewEndpointSliceConfig registers on informer; resyncPeriod is configSyncPeriod, and
+// nodeName the node whose endpoints are local. It makes the informer cache records
+// (ReduceEndpointSlices) in place of the objects, so it must be called before the
+// informer starts; a started informer's objects are reduced on delivery instead,
+// and its cache keeps them whole.
+func NewEndpointSliceConfig(ctx context.Context, informer discoveryinformers.EndpointSliceInformer, resyncPeriod time.Duration, nodeName string) *EndpointSliceConfig {
+	logger := klog.LoggerWithValues(klog.FromContext(ctx), "kind", "EndpointSlice")
+	c := &EndpointSliceConfig{objectConfig[*proxy.EndpointSliceRecord, EndpointSliceHandler]{
+		logger:   logger,
 		kind:     "EndpointSlice",
 		name:     "endpoint slice config",
 		add:      EndpointSliceHandler.OnEndpointSliceAdd,
@@ -174,8 +192,39 @@ func NewEndpointSliceConfig(ctx context.Context, informer discoveryinformers.End
 		remove:   EndpointSliceHandler.OnEndpointSliceDelete,
 		isSynced: EndpointSliceHandler.OnEndpointSlicesSynced,
 	}}
-	c.register(informer.Informer(), resyncPeriod)
+	c.convert = func(obj any) (*proxy.EndpointSliceRecord, bool) {
+		if slice, ok := unwrapTombstone(obj).(*discovery.EndpointSlice); ok && slice != nil {
+			return proxy.NewEndpointSliceRecord(slice, nodeName), true
+		}
+		return objectAs[*proxy.EndpointSliceRecord](logger, obj, c.kind)
+	}
+	inf := informer.Informer()
+	if err := inf.SetTransform(ReduceEndpointSlices(nodeName)); err != nil {
+		logger.Error(err, "EndpointSlice informer caches whole objects")
+	}
+	c.register(inf, resyncPeriod)
 	return c
+}
+
+// ReduceEndpointSlices is the EndpointSlice informer's transform: each slice is cached
+// as its proxy.EndpointSliceRecord for nodeName. Anything else (a record already,
+// when the informer hands a cached object back through the transform on a resync, or
+// a tombstone) passes through.
+func ReduceEndpointSlices(nodeName string) cache.TransformFunc {
+	return func(obj any) (any, error) {
+		if slice, ok := obj.(*discovery.EndpointSlice); ok && slice != nil {
+			return proxy.NewEndpointSliceRecord(slice, nodeName), nil
+		}
+		return obj, nil
+	}
+}
+
+// unwrapTombstone returns a tombstone's object, or obj.
+func unwrapTombstone(obj any) any {
+	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		return t.Obj
+	}
+	return obj
 }
 
 // NodeConfig delivers events of this node's Node object to NodeHandlers. The informer

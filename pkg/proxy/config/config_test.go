@@ -14,6 +14,8 @@ import (
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/tools/cache"
+
+	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/proxy"
 )
 
 // recorder implements all three handler interfaces and logs each call as a line.
@@ -60,13 +62,13 @@ func (r *recorder) OnServiceDelete(s *v1.Service) {
 	r.record("delete service %s/%s", s.Namespace, s.Name)
 }
 func (r *recorder) OnServiceSynced() { r.record("services synced") }
-func (r *recorder) OnEndpointSliceAdd(s *discovery.EndpointSlice) {
+func (r *recorder) OnEndpointSliceAdd(s *proxy.EndpointSliceRecord) {
 	r.record("add slice %s/%s", s.Namespace, s.Name)
 }
-func (r *recorder) OnEndpointSliceUpdate(o, s *discovery.EndpointSlice) {
+func (r *recorder) OnEndpointSliceUpdate(o, s *proxy.EndpointSliceRecord) {
 	r.record("update slice %s/%s", s.Namespace, s.Name)
 }
-func (r *recorder) OnEndpointSliceDelete(s *discovery.EndpointSlice) {
+func (r *recorder) OnEndpointSliceDelete(s *proxy.EndpointSliceRecord) {
 	r.record("delete slice %s/%s", s.Namespace, s.Name)
 }
 func (r *recorder) OnEndpointSlicesSynced()    { r.record("slices synced") }
@@ -140,7 +142,7 @@ func TestEndpointSliceConfigFansOutAndSyncs(t *testing.T) {
 	defer cancel()
 	client := fake.NewClientset()
 	factory := informers.NewSharedInformerFactory(client, 0)
-	cfg := NewEndpointSliceConfig(ctx, factory.Discovery().V1().EndpointSlices(), 0)
+	cfg := NewEndpointSliceConfig(ctx, factory.Discovery().V1().EndpointSlices(), 0, "node-a")
 	r := newRecorder()
 	cfg.RegisterEventHandler(r)
 	factory.Start(ctx.Done())
@@ -152,6 +154,14 @@ func TestEndpointSliceConfigFansOutAndSyncs(t *testing.T) {
 		t.Fatal(err)
 	}
 	r.waitFor(t, 2)
+	// The informer caches records, not the objects.
+	cached := factory.Discovery().V1().EndpointSlices().Informer().GetStore().List()
+	if len(cached) != 1 {
+		t.Fatalf("informer caches %d objects, want 1", len(cached))
+	}
+	if rec, ok := cached[0].(*proxy.EndpointSliceRecord); !ok || rec.Name != "s1" || rec.Service != "svc" {
+		t.Fatalf("informer caches %#v, want the record of ns/s1 for Service svc", cached[0])
+	}
 	updated := slice("s1")
 	updated.Endpoints = []discovery.Endpoint{{Addresses: []string{"10.1.0.1"}}}
 	if _, err := slices.Update(ctx, updated, metav1.UpdateOptions{}); err != nil {
@@ -163,6 +173,27 @@ func TestEndpointSliceConfigFansOutAndSyncs(t *testing.T) {
 	}
 	want := []string{"slices synced", "add slice ns/s1", "update slice ns/s1", "delete slice ns/s1"}
 	if diff := cmp.Diff(want, r.waitFor(t, 4)); diff != "" {
+		t.Fatalf("events (-want +got):\n%s", diff)
+	}
+}
+
+// TestEndpointSliceConfigOnStartedInformer: an informer that started before the
+// config was made keeps whole objects in its cache; the handlers still get records.
+func TestEndpointSliceConfigOnStartedInformer(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	client := fake.NewClientset(slice("s1"))
+	factory := informers.NewSharedInformerFactory(client, 0)
+	informer := factory.Discovery().V1().EndpointSlices()
+	informer.Informer()
+	factory.Start(ctx.Done())
+	factory.WaitForCacheSync(ctx.Done())
+	cfg := NewEndpointSliceConfig(ctx, informer, 0, "node-a")
+	r := newRecorder()
+	cfg.RegisterEventHandler(r)
+	go cfg.Run(ctx.Done())
+	want := []string{"add slice ns/s1", "slices synced"}
+	if diff := cmp.Diff(want, r.waitFor(t, 2)); diff != "" {
 		t.Fatalf("events (-want +got):\n%s", diff)
 	}
 }
@@ -227,7 +258,7 @@ func TestTombstonesAreUnwrapped(t *testing.T) {
 	sc.RegisterEventHandler(r)
 	sc.handleDelete(cache.DeletedFinalStateUnknown{Key: "ns/gone", Obj: service("gone", "10.0.0.9")})
 
-	ec := NewEndpointSliceConfig(ctx, factory.Discovery().V1().EndpointSlices(), 0)
+	ec := NewEndpointSliceConfig(ctx, factory.Discovery().V1().EndpointSlices(), 0, "node-a")
 	ec.RegisterEventHandler(r)
 	ec.handleDelete(cache.DeletedFinalStateUnknown{Key: "ns/gone-abc", Obj: slice("gone-abc")})
 
@@ -247,7 +278,7 @@ func TestWrongObjectTypesAreIgnored(t *testing.T) {
 	r := newRecorder()
 	sc := NewServiceConfig(ctx, factory.Core().V1().Services(), 0)
 	sc.RegisterEventHandler(r)
-	ec := NewEndpointSliceConfig(ctx, factory.Discovery().V1().EndpointSlices(), 0)
+	ec := NewEndpointSliceConfig(ctx, factory.Discovery().V1().EndpointSlices(), 0, "node-a")
 	ec.RegisterEventHandler(r)
 	nc := NewNodeConfig(ctx, factory.Core().V1().Nodes(), 0)
 	nc.RegisterEventHandler(r)

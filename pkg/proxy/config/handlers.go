@@ -1,33 +1,12 @@
 // Package config turns shared-informer events into calls on proxier handlers.
 package config
 
-import (
-	v1 "k8s.io/api/core/v1"
-	discovery "k8s.io/api/discovery/v1"
+import "github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/proxy"
+
+// The handlers are declared beside what they receive (pkg/proxy); these names are
+// kept for the informer side.
+type (
+	ServiceHandler       = proxy.ServiceHandler
+	EndpointSliceHandler = proxy.EndpointSliceHandler
+	NodeHandler          = proxy.NodeHandler
 )
-
-// ServiceHandler receives Service changes. Implementations only record the change and
-// poke their sync runner; they never touch the kernel.
-type ServiceHandler interface {
-	OnServiceAdd(service *v1.Service)
-	OnServiceUpdate(oldService, service *v1.Service)
-	OnServiceDelete(service *v1.Service)
-	// OnServiceSynced is called once the informer's initial list has been delivered.
-	OnServiceSynced()
-}
-
-// EndpointSliceHandler receives EndpointSlice changes.
-type EndpointSliceHandler interface {
-	OnEndpointSliceAdd(endpointSlice *discovery.EndpointSlice)
-	OnEndpointSliceUpdate(oldEndpointSlice, newEndpointSlice *discovery.EndpointSlice)
-	OnEndpointSliceDelete(endpointSlice *discovery.EndpointSlice)
-	OnEndpointSlicesSynced()
-}
-
-// NodeHandler receives changes of this node's Node object.
-type NodeHandler interface {
-	OnNodeAdd(node *v1.Node)
-	OnNodeUpdate(oldNode, node *v1.Node)
-	OnNodeDelete(node *v1.Node)
-	OnNodeSynced()
-}

@@ -5,7 +5,6 @@ import (
 	"sync"
 
 	v1 "k8s.io/api/core/v1"
-	discovery "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -23,14 +22,11 @@ var (
 		"kube-proxy-ipvs.io/scheduler", "kube-proxy-ipvs.io/scheduler-flags",
 		"kube-router.io/service.scheduler", "kube-router.io/service.schedflags",
 	}
-	sliceLabels = []string{discovery.LabelServiceName}
-	// sliceAnnotations: the trigger time feeds the network programming latency metric.
-	sliceAnnotations = []string{v1.EndpointsLastChangeTriggerTime}
 )
 
 // TrimForCache is the informers' transform: before an object is cached it keeps only
 // what kube-proxy reads, and shares the values that repeat across objects (namespaces,
-// node and zone names, protocols, condition flags). At tens of thousands of Services
+// port names, types). At tens of thousands of Services
 // the informer caches are most of the daemon's heap: managed fields, kubectl's
 // last-applied copy, selectors, owner references and endpoint targetRefs are often
 // more than half of an object.
@@ -42,9 +38,8 @@ var (
 //     affinity and its config, loadBalancerSourceRanges, external and internal
 //     traffic policies, healthCheckNodePort, trafficDistribution; status load
 //     balancer ingress IP and ipMode.
-//   - EndpointSlice: name, namespace, resourceVersion, the label and annotation
-//     above; addressType; ports (name, protocol, port); per endpoint addresses,
-//     conditions, nodeName, zone and hints (in an array without spare capacity).
+//   - EndpointSlice: not handled here; its informer caches records
+//     (ReduceEndpointSlices, proxy.EndpointSliceRecord), a slice passes through.
 //   - Node (this node only): everything but managed fields, the last-applied copy and
 //     the image list.
 //
@@ -58,10 +53,6 @@ func TrimForCache(obj any) (any, error) {
 	case *v1.Service:
 		if o != nil {
 			trimService(o)
-		}
-	case *discovery.EndpointSlice:
-		if o != nil {
-			trimSlice(o)
 		}
 	case *v1.Node:
 		if o == nil {
@@ -117,49 +108,6 @@ func trimService(s *v1.Service) {
 	s.Status = v1.ServiceStatus{LoadBalancer: v1.LoadBalancerStatus{Ingress: ingress}}
 }
 
-func trimSlice(s *discovery.EndpointSlice) {
-	s.ObjectMeta = metav1.ObjectMeta{
-		Name:            s.Name,
-		Namespace:       intern(s.Namespace),
-		ResourceVersion: s.ResourceVersion,
-		Labels:          keepOnly(s.Labels, sliceLabels),
-		Annotations:     keepOnly(s.Annotations, sliceAnnotations),
-	}
-	for i := range s.Ports {
-		p := &s.Ports[i]
-		s.Ports[i] = discovery.EndpointPort{Name: internPtr(p.Name), Protocol: internProtocolPtr(p.Protocol), Port: p.Port}
-	}
-	endpoints := s.Endpoints
-	if cap(endpoints) > len(endpoints) {
-		// A decoder appends: up to half of the array is spare capacity.
-		endpoints = make([]discovery.Endpoint, len(s.Endpoints))
-	}
-	for i := range s.Endpoints {
-		ep := &s.Endpoints[i]
-		hints := ep.Hints
-		if hints != nil {
-			for j := range hints.ForZones {
-				hints.ForZones[j].Name = intern(hints.ForZones[j].Name)
-			}
-			for j := range hints.ForNodes {
-				hints.ForNodes[j].Name = intern(hints.ForNodes[j].Name)
-			}
-		}
-		endpoints[i] = discovery.Endpoint{
-			Addresses: ep.Addresses,
-			Conditions: discovery.EndpointConditions{
-				Ready:       sharedBool(ep.Conditions.Ready),
-				Serving:     sharedBool(ep.Conditions.Serving),
-				Terminating: sharedBool(ep.Conditions.Terminating),
-			},
-			NodeName: internPtr(ep.NodeName),
-			Zone:     internPtr(ep.Zone),
-			Hints:    hints,
-		}
-	}
-	s.Endpoints = endpoints
-}
-
 // keepOnly returns m reduced to keys: m itself when it has no other key, nil when it
 // has none of them.
 func keepOnly(m map[string]string, keys []string) map[string]string {
@@ -190,38 +138,6 @@ func intern(s string) string {
 		return ""
 	}
 	return *internPtr(&s)
-}
-
-var (
-	trueVal, falseVal = true, false
-	protocols         = map[v1.Protocol]*v1.Protocol{}
-)
-
-func init() {
-	for _, p := range []v1.Protocol{v1.ProtocolTCP, v1.ProtocolUDP, v1.ProtocolSCTP} {
-		protocols[p] = &p
-	}
-}
-
-func sharedBool(b *bool) *bool {
-	switch {
-	case b == nil:
-		return nil
-	case *b:
-		return &trueVal
-	default:
-		return &falseVal
-	}
-}
-
-func internProtocolPtr(p *v1.Protocol) *v1.Protocol {
-	if p == nil {
-		return nil
-	}
-	if shared, ok := protocols[*p]; ok {
-		return shared
-	}
-	return p
 }
 
 // stringPtrs shares strings and *string values (namespaces, node, zone and port

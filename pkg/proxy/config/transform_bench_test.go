@@ -11,6 +11,7 @@ import (
 	discovery "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/utils/ptr"
 )
 
@@ -98,7 +99,9 @@ func liveHeap() uint64 {
 
 // BenchmarkCachedObjectBytes measures what the informer cache holds per object of
 // realistic Services and EndpointSlices (10 endpoints), decoded from protobuf one at a
-// time as the informers do, whole and through TrimForCache. The scale benchmarks'
+// time as the informers do, whole and through their transforms (TrimForCache for
+// Services, ReduceEndpointSlices for slices: the record, endpoints included, which
+// the proxier's change tracker shares). The scale benchmarks'
 // generated objects carry none of what the transform drops; this shows what it saves
 // on a real cluster's objects. Run with -benchtime 1x.
 func BenchmarkCachedObjectBytes(b *testing.B) {
@@ -122,13 +125,14 @@ func BenchmarkCachedObjectBytes(b *testing.B) {
 		}
 		b.Run(name, func(b *testing.B) {
 			for range b.N {
-				measure := func(decode func(i int) any) float64 {
+				measure := func(decode func(i int) any, transform cache.TransformFunc) float64 {
 					objs := make([]any, n)
 					base := liveHeap()
 					for i := range n {
 						objs[i] = decode(i)
 						if trim {
-							if _, err := TrimForCache(objs[i]); err != nil {
+							var err error
+							if objs[i], err = transform(objs[i]); err != nil {
 								b.Fatal(err)
 							}
 						}
@@ -143,14 +147,14 @@ func BenchmarkCachedObjectBytes(b *testing.B) {
 						b.Fatal(err)
 					}
 					return s
-				})
+				}, TrimForCache)
 				sliceBytes := measure(func(i int) any {
 					s := &discovery.EndpointSlice{}
 					if err := s.Unmarshal(sliceData[i]); err != nil {
 						b.Fatal(err)
 					}
 					return s
-				})
+				}, ReduceEndpointSlices("node-1"))
 				b.ReportMetric(svcBytes, "service-B")
 				b.ReportMetric(sliceBytes, "slice-B")
 			}

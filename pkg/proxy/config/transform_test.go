@@ -2,17 +2,21 @@ package config
 
 import (
 	"fmt"
+	"reflect"
 	"testing"
 	"time"
 	"unsafe"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 	v1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/utils/ptr"
+
+	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/proxy"
 )
 
 // Test addresses: cluster IPs 10.96.0.0/16 and fd00:96::/112, pods 10.244.0.0/16,
@@ -140,57 +144,57 @@ func TestTrimForCache(t *testing.T) {
 		{},
 	}}}
 
-	slice := fullSlice()
-	wantSlice := fullSlice()
-	wantSlice.ObjectMeta = metav1.ObjectMeta{
-		Name: "web", Namespace: "ns", ResourceVersion: "42",
-		Labels:      map[string]string{discovery.LabelServiceName: "web"},
-		Annotations: map[string]string{v1.EndpointsLastChangeTriggerTime: "2026-12-01T00:00:00Z"},
-	}
-	for i := range wantSlice.Endpoints {
-		ep := &wantSlice.Endpoints[i]
-		ep.Hostname, ep.TargetRef, ep.DeprecatedTopology = nil, nil, nil
-	}
-	wantSlice.Ports[0].AppProtocol = nil
-
 	for range 2 { // idempotent
-		for _, obj := range []any{svc, slice} {
-			out, err := TrimForCache(obj)
-			if err != nil || out != obj {
-				t.Fatalf("TrimForCache(%T) = %v, %v; want the object changed in place", obj, out, err)
-			}
+		out, err := TrimForCache(svc)
+		if err != nil || out != svc {
+			t.Fatalf("TrimForCache(Service) = %v, %v; want the object changed in place", out, err)
 		}
 		if diff := cmp.Diff(want, svc); diff != "" {
 			t.Errorf("Service (-want +got):\n%s", diff)
 		}
-		if diff := cmp.Diff(wantSlice, slice); diff != "" {
-			t.Errorf("EndpointSlice (-want +got):\n%s", diff)
-		}
 	}
 
 	// Values many objects repeat are shared, and trimmed objects stay deep-copyable.
-	other := fullSlice()
+	other := fullService()
 	other.Namespace = string([]byte("ns")) // a separate copy, as a decoder makes
 	if _, err := TrimForCache(other); err != nil {
 		t.Fatal(err)
 	}
-	if other.Endpoints[0].NodeName != slice.Endpoints[0].NodeName || other.Endpoints[0].Conditions.Ready != slice.Endpoints[0].Conditions.Ready ||
-		other.Ports[0].Protocol != slice.Ports[0].Protocol || other.Ports[0].Name != slice.Ports[0].Name {
-		t.Errorf("node names, conditions, port names and protocols are not shared")
+	if unsafe.StringData(other.Namespace) != unsafe.StringData(svc.Namespace) ||
+		unsafe.StringData(other.Spec.Ports[0].Name) != unsafe.StringData(svc.Spec.Ports[0].Name) {
+		t.Errorf("namespaces and port names are not shared")
 	}
-	if unsafe.StringData(other.Namespace) != unsafe.StringData(slice.Namespace) {
-		t.Errorf("namespaces are not shared")
+	if diff := cmp.Diff(svc, svc.DeepCopy()); diff != "" {
+		t.Errorf("deep copy differs:\n%s", diff)
 	}
-	spare := fullSlice()
-	spare.Endpoints = append(make([]discovery.Endpoint, 0, 16), spare.Endpoints...)
-	if _, err := TrimForCache(spare); err != nil {
+}
+
+// TestReduceEndpointSlices: the EndpointSlice informer's transform makes a record of
+// a slice (its content is pkg/proxy's to test) and passes anything else through, a
+// record included (an informer's resync hands cached objects back through it).
+func TestReduceEndpointSlices(t *testing.T) {
+	reduce := ReduceEndpointSlices("node-a")
+	out, err := reduce(fullSlice())
+	if err != nil {
 		t.Fatal(err)
 	}
-	if len(spare.Endpoints) != 3 || cap(spare.Endpoints) != 3 {
-		t.Errorf("endpoints: len %d cap %d, want the array without spare capacity", len(spare.Endpoints), cap(spare.Endpoints))
+	rec, ok := out.(*proxy.EndpointSliceRecord)
+	if !ok {
+		t.Fatalf("transform returned %T, want a record", out)
 	}
-	if diff := cmp.Diff(slice, slice.DeepCopy()); diff != "" {
-		t.Errorf("deep copy differs:\n%s", diff)
+	want := &proxy.EndpointSliceRecord{Namespace: "ns", Name: "web", ResourceVersion: "42", Service: "web", AddressType: discovery.AddressTypeIPv4,
+		TriggerTime: time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)}
+	if diff := cmp.Diff(want, rec, cmpopts.IgnoreUnexported(proxy.EndpointSliceRecord{})); diff != "" {
+		t.Errorf("record (-want +got):\n%s", diff)
+	}
+	key, err := cache.MetaNamespaceKeyFunc(rec)
+	if err != nil || key != "ns/web" {
+		t.Errorf("store key %q, %v; want ns/web", key, err)
+	}
+	for _, obj := range []any{rec, cache.DeletedFinalStateUnknown{Key: "ns/web", Obj: rec}, fullService()} {
+		if got, err := reduce(obj); err != nil || !reflect.DeepEqual(got, obj) {
+			t.Errorf("transform(%T) = %T, %v; want it passed through", obj, got, err)
+		}
 	}
 }
 
@@ -222,6 +226,10 @@ func TestTrimForCachePassesOthersThrough(t *testing.T) {
 	}
 	if svc.ManagedFields == nil {
 		t.Errorf("the tombstone's object was changed")
+	}
+	slice := fullSlice()
+	if out, err := TrimForCache(slice); err != nil || out != any(slice) || !reflect.DeepEqual(slice, fullSlice()) {
+		t.Errorf("EndpointSlice: got %v, %v; want it passed through unchanged (its informer caches records)", out, err)
 	}
 	if out, err := TrimForCache("x"); err != nil || out != "x" {
 		t.Errorf("string: got %v, %v", out, err)

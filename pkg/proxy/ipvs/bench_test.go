@@ -28,6 +28,7 @@ import (
 	discovery "k8s.io/api/discovery/v1"
 	testingclock "k8s.io/utils/clock/testing"
 
+	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/proxy"
 	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/proxy/config"
 	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/proxy/healthcheck"
 	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/conntrack"
@@ -59,16 +60,39 @@ func benchSizes(b *testing.B) []int {
 
 const benchEndpointsPerService = 10
 
-// benchCluster is a cluster of n Services as the daemon's informers cache it: each
-// object decoded from protobuf, as a client receives it from the apiserver, and put
-// through the informers' transform (config.TrimForCache), one at a time.
-func benchCluster(n int) *cluster.Cluster {
+// benchCluster is a cluster of n Services (the API side: its objects are the
+// generator's, and WithEndpoint changes them) and what the daemon's informers cache
+// of it.
+func benchCluster(n int) (*cluster.Cluster, *informerCache) {
 	c := cluster.New(cluster.Spec{Services: n, EndpointsPerService: benchEndpointsPerService})
+	return c, cacheOf(c)
+}
+
+// informerCache is what the daemon's informers hold: each object decoded from
+// protobuf, as a client receives it from the apiserver, then put through its
+// informer's transform (config.TrimForCache for Services, config.ReduceEndpointSlices
+// for slices), one at a time.
+type informerCache struct {
+	services []*v1.Service
+	slices   []*proxy.EndpointSliceRecord
+}
+
+func cacheOf(c *cluster.Cluster) *informerCache {
+	ic := &informerCache{services: make([]*v1.Service, len(c.Services)), slices: make([]*proxy.EndpointSliceRecord, len(c.Slices))}
 	for i := range c.Services {
-		c.Services[i] = cached(decoded(c.Services[i], &v1.Service{}))
-		c.Slices[i] = cached(decoded(c.Slices[i], &discovery.EndpointSlice{}))
+		ic.services[i] = cached(decoded(c.Services[i], &v1.Service{}))
+		ic.slices[i] = sliceRecord(decoded(c.Slices[i], &discovery.EndpointSlice{}))
 	}
-	return c
+	return ic
+}
+
+// sliceRecord is slice as the EndpointSlice informer caches it for the bench node.
+func sliceRecord(slice *discovery.EndpointSlice) *proxy.EndpointSliceRecord {
+	rec, err := config.ReduceEndpointSlices(cluster.LocalNode)(slice)
+	if err != nil {
+		panic(err)
+	}
+	return rec.(*proxy.EndpointSliceRecord)
 }
 
 // decoded returns obj as a client decodes it: obj encoded to protobuf and decoded
@@ -188,11 +212,11 @@ func benchClock() *testingclock.FakeClock {
 // pending-changes gauge, which walks every Service on every event and so makes an
 // initial list of n slices O(n^2) (minutes at 50k; see docs/PERFORMANCE.md, Scale).
 // The one-endpoint change benchmark goes through the real handler.
-func feed(p *Proxier, c *cluster.Cluster) {
-	for i := range c.Services {
-		p.recordUID(nil, c.Services[i])
-		p.serviceChanges.Update(nil, c.Services[i])
-		p.endpointsChanges.EndpointSliceUpdate(c.Slices[i], false)
+func feed(p *Proxier, ic *informerCache) {
+	for i := range ic.services {
+		p.recordUID(nil, ic.services[i])
+		p.serviceChanges.Update(nil, ic.services[i])
+		p.endpointsChanges.EndpointSliceUpdate(ic.slices[i], false)
 	}
 	p.OnServiceSynced()
 }
@@ -211,11 +235,11 @@ func mustSynced(b *testing.B, p *Proxier, wantFull bool) SyncStats {
 
 // startSteady builds a proxier over a fresh fake kernel that has done its first full
 // sync of c, and checks that the kernel holds what the cluster implies.
-func startSteady(b *testing.B, c *cluster.Cluster) (*Proxier, *benchKernel, *testingclock.FakeClock) {
+func startSteady(b *testing.B, c *cluster.Cluster, ic *informerCache) (*Proxier, *benchKernel, *testingclock.FakeClock) {
 	b.Helper()
 	k, clk := newBenchKernel(), benchClock()
 	p := newBenchProxier(b, k, clk)
-	feed(p, c)
+	feed(p, ic)
 	p.OnEndpointSlicesSynced()
 	mustSynced(b, p, true)
 	checkProgrammed(b, k, c)
@@ -264,7 +288,7 @@ func sizeName(n int) string {
 func BenchmarkFullSyncInitial(b *testing.B) {
 	for _, n := range benchSizes(b) {
 		b.Run(sizeName(n), func(b *testing.B) {
-			c := benchCluster(n)
+			c, ic := benchCluster(n)
 			var last *benchKernel
 			b.ReportAllocs()
 			b.ResetTimer()
@@ -274,7 +298,7 @@ func BenchmarkFullSyncInitial(b *testing.B) {
 				runtime.GC()
 				k := newBenchKernel()
 				p := newBenchProxier(b, k, benchClock())
-				feed(p, c)
+				feed(p, ic)
 				b.StartTimer()
 				p.OnEndpointSlicesSynced()
 				b.StopTimer()
@@ -294,8 +318,8 @@ func BenchmarkFullSyncInitial(b *testing.B) {
 func BenchmarkFullSyncResync(b *testing.B) {
 	for _, n := range benchSizes(b) {
 		b.Run(sizeName(n), func(b *testing.B) {
-			c := benchCluster(n)
-			p, k, clk := startSteady(b, c)
+			c, ic := benchCluster(n)
+			p, k, clk := startSteady(b, c, ic)
 			// BENCH_SLICE_KEYS sets the slice size (0: one comparison, as before slices).
 			if v, ok := os.LookupEnv("BENCH_SLICE_KEYS"); ok {
 				n, err := strconv.Atoi(v)
@@ -365,8 +389,8 @@ func BenchmarkFullSyncResync(b *testing.B) {
 func BenchmarkOneEndpointChange(b *testing.B) {
 	for _, n := range benchSizes(b) {
 		b.Run(sizeName(n), func(b *testing.B) {
-			c := benchCluster(n)
-			p, k, _ := startSteady(b, c)
+			c, ic := benchCluster(n)
+			p, k, _ := startSteady(b, c, ic)
 			runtime.GC()
 			var sum kernelOpCounts
 			maxOps := 0
@@ -377,13 +401,14 @@ func BenchmarkOneEndpointChange(b *testing.B) {
 				// Spread the changes over the cluster; an add and its removal hit the
 				// same Service.
 				svc := (i / 2 * 7919) % n
-				old := c.Slices[svc]
-				var cur = old
+				old := ic.slices[svc]
+				var cur *proxy.EndpointSliceRecord
 				if i%2 == 0 {
-					cur = cached(c.WithEndpoint(svc, benchEndpointsPerService, c.NextEndpointIP()))
+					cur = sliceRecord(c.WithEndpoint(svc, benchEndpointsPerService, c.NextEndpointIP()))
 				} else {
-					cur = cached(c.WithoutEndpoint(svc, benchEndpointsPerService))
+					cur = sliceRecord(c.WithoutEndpoint(svc, benchEndpointsPerService))
 				}
+				ic.slices[svc] = cur
 				p.OnEndpointSliceUpdate(old, cur)
 				p.syncProxyRules()
 				b.StopTimer()
@@ -456,8 +481,8 @@ func writeHeapProfile(b *testing.B) {
 }
 
 // BenchmarkSteadyStateHeap measures the heap at steady state and splits it by
-// dropping one part at a time: the API objects (what the informer caches hold: see
-// benchCluster), the
+// dropping one part at a time: what the informer caches hold (informerCache: trimmed
+// Services and slice records, whose endpoints the proxier's tracker shares), the
 // proxier (trackers, maps, desired index, applied state), and the fake kernel (which
 // on a node lives in the kernel, not in the daemon). heap-MiB is objects + proxier:
 // what the daemon itself would hold. Each iteration is one incremental sync, so the
@@ -465,15 +490,18 @@ func writeHeapProfile(b *testing.B) {
 func BenchmarkSteadyStateHeap(b *testing.B) {
 	for _, n := range benchSizes(b) {
 		b.Run(sizeName(n), func(b *testing.B) {
+			// The generated objects are the API server's side, not the daemon's.
+			c := cluster.New(cluster.Spec{Services: n, EndpointsPerService: benchEndpointsPerService})
 			base := heapInUse()
-			c := benchCluster(n)
+			ic := cacheOf(c)
 			withObjects := heapInUse()
-			p, k, _ := startSteady(b, c)
+			p, k, _ := startSteady(b, c, ic)
 			b.ResetTimer()
 			for i := range b.N {
 				svc := (i * 7919) % n
-				old := c.Slices[svc]
-				cur := cached(c.WithEndpoint(svc, 0, c.NextEndpointIP()))
+				old := ic.slices[svc]
+				cur := sliceRecord(c.WithEndpoint(svc, 0, c.NextEndpointIP()))
+				ic.slices[svc] = cur
 				p.OnEndpointSliceUpdate(old, cur)
 				p.syncProxyRules()
 			}

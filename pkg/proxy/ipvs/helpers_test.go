@@ -22,6 +22,7 @@ import (
 	testingclock "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
 
+	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/proxy"
 	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/proxy/healthcheck"
 	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/conntrack"
 	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/ipset"
@@ -143,12 +144,25 @@ func (e *testEnv) add(o any) {
 	case *v1.Service:
 		e.p.OnServiceAdd(o)
 	case *discovery.EndpointSlice:
-		e.p.OnEndpointSliceAdd(o)
+		e.p.OnEndpointSliceAdd(e.record(o))
 	case *v1.Node:
 		e.p.OnNodeAdd(o)
 	default:
 		e.t.Fatalf("unknown object %T", o)
 	}
+}
+
+// record is slice as the EndpointSlice informer caches and delivers it.
+func (e *testEnv) record(slice *discovery.EndpointSlice) *proxy.EndpointSliceRecord {
+	return proxy.NewEndpointSliceRecord(slice, e.p.opts.NodeName)
+}
+
+func (e *testEnv) updateSlice(old, cur *discovery.EndpointSlice) {
+	e.p.OnEndpointSliceUpdate(e.record(old), e.record(cur))
+}
+
+func (e *testEnv) deleteSlice(slice *discovery.EndpointSlice) {
+	e.p.OnEndpointSliceDelete(e.record(slice))
 }
 
 // sync runs one sync now and keeps the ipset Fake's references in step with the

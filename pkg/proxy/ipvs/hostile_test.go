@@ -304,7 +304,7 @@ func TestHostileObjects(t *testing.T) {
 				case *v1.Service:
 					e.p.OnServiceDelete(o)
 				case *discovery.EndpointSlice:
-					e.p.OnEndpointSliceDelete(o)
+					e.deleteSlice(o)
 				case *v1.Node:
 					if o.Name == testNode {
 						e.p.OnNodeUpdate(o, &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: testNode}})

@@ -15,7 +15,6 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
-	discovery "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/client-go/tools/events"
@@ -401,19 +400,19 @@ func (p *Proxier) OnServiceSynced() {
 	p.syncProxyRules()
 }
 
-func (p *Proxier) OnEndpointSliceAdd(slice *discovery.EndpointSlice) {
+func (p *Proxier) OnEndpointSliceAdd(slice *proxy.EndpointSliceRecord) {
 	p.endpointSliceChanged(slice, false)
 }
 
-func (p *Proxier) OnEndpointSliceUpdate(_, slice *discovery.EndpointSlice) {
+func (p *Proxier) OnEndpointSliceUpdate(_, slice *proxy.EndpointSliceRecord) {
 	p.endpointSliceChanged(slice, false)
 }
 
-func (p *Proxier) OnEndpointSliceDelete(slice *discovery.EndpointSlice) {
+func (p *Proxier) OnEndpointSliceDelete(slice *proxy.EndpointSliceRecord) {
 	p.endpointSliceChanged(slice, true)
 }
 
-func (p *Proxier) endpointSliceChanged(slice *discovery.EndpointSlice, removed bool) {
+func (p *Proxier) endpointSliceChanged(slice *proxy.EndpointSliceRecord, removed bool) {
 	if p.endpointsChanges.EndpointSliceUpdate(slice, removed) {
 		observeEndpointChange(p.endpointsChanges.PendingChangeCount())
 		if p.initialized.Load() {

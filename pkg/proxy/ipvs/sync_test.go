@@ -62,7 +62,7 @@ func TestIncrementalSyncIsProportionalToChange(t *testing.T) {
 
 	old := makeSlice("ns", "svc-7", "svc-7-1", tcp("p", 8080), endpoint("10.244.2.8"), endpoint("10.244.3.8"))
 	cur := makeSlice("ns", "svc-7", "svc-7-1", tcp("p", 8080), endpoint("10.244.2.8"), endpoint("10.244.3.8"), endpoint("10.244.4.8"))
-	e.p.OnEndpointSliceUpdate(old, cur)
+	e.updateSlice(old, cur)
 	st := e.mustSync()
 	if st.Full {
 		t.Fatalf("expected a partial sync")
@@ -343,11 +343,11 @@ func TestGracefulTermination(t *testing.T) {
 		e := newTestEnv(t, v1.IPv4Protocol)
 		e.start(svc, two)
 		term := makeSlice("ns", "a", "a-1", tcp("p", 80), endpoint("10.244.2.1"), endpoint("10.244.2.2", terminating(true)))
-		e.p.OnEndpointSliceUpdate(two, term)
+		e.updateSlice(two, term)
 		e.mustSync()
 		diff(t, "ipvs", "TCP  10.96.0.1:80 rr\n  -> 10.244.2.1:80 Masq 1 0 0\n  -> 10.244.2.2:80 Masq 0 0 0", e.ipvs.Dump())
 		gone := makeSlice("ns", "a", "a-1", tcp("p", 80), endpoint("10.244.2.1"))
-		e.p.OnEndpointSliceUpdate(term, gone)
+		e.updateSlice(term, gone)
 		e.mustSync()
 		diff(t, "ipvs", "TCP  10.96.0.1:80 rr\n  -> 10.244.2.1:80 Masq 1 0 0", e.ipvs.Dump())
 	})
@@ -357,7 +357,7 @@ func TestGracefulTermination(t *testing.T) {
 		e.start(svc, two)
 		setConns(t, e, vs, "10.244.2.2", 3, 1)
 		one := makeSlice("ns", "a", "a-1", tcp("p", 80), endpoint("10.244.2.1"))
-		e.p.OnEndpointSliceUpdate(two, one)
+		e.updateSlice(two, one)
 		e.mustSync()
 		diff(t, "ipvs", "TCP  10.96.0.1:80 rr\n  -> 10.244.2.1:80 Masq 1 0 0\n  -> 10.244.2.2:80 Masq 0 3 1", e.ipvs.Dump())
 		e.clock.Step(3 * time.Second)
@@ -376,7 +376,7 @@ func TestGracefulTermination(t *testing.T) {
 		e.start(svc, two)
 		setConns(t, e, vs, "10.244.2.2", 5, 0)
 		one := makeSlice("ns", "a", "a-1", tcp("p", 80), endpoint("10.244.2.1"))
-		e.p.OnEndpointSliceUpdate(two, one)
+		e.updateSlice(two, one)
 		e.mustSync()
 		e.clock.Step(defaultDrainTimeout + time.Second)
 		e.mustSync()
@@ -388,9 +388,9 @@ func TestGracefulTermination(t *testing.T) {
 		e.start(svc, two)
 		setConns(t, e, vs, "10.244.2.2", 5, 0)
 		one := makeSlice("ns", "a", "a-1", tcp("p", 80), endpoint("10.244.2.1"))
-		e.p.OnEndpointSliceUpdate(two, one)
+		e.updateSlice(two, one)
 		e.mustSync()
-		e.p.OnEndpointSliceUpdate(one, two)
+		e.updateSlice(one, two)
 		e.mustSync()
 		diff(t, "ipvs", "TCP  10.96.0.1:80 rr\n  -> 10.244.2.1:80 Masq 1 0 0\n  -> 10.244.2.2:80 Masq 1 5 0", e.ipvs.Dump())
 		if len(e.p.draining) != 0 {
@@ -406,7 +406,7 @@ func TestGracefulTermination(t *testing.T) {
 		e.start(svc, two)
 		setConns(t, e, vs, "10.244.2.2", 5, 0)
 		term := makeSlice("ns", "a", "a-1", tcp("p", 80), endpoint("10.244.2.1"), endpoint("10.244.2.2", terminating(true)))
-		e.p.OnEndpointSliceUpdate(two, term)
+		e.updateSlice(two, term)
 		e.mustSync()
 		diff(t, "ipvs", "TCP  10.96.0.1:80 rr\n  -> 10.244.2.1:80 Masq 1 0 0", e.ipvs.Dump())
 	})
@@ -424,7 +424,7 @@ func TestGracefulTermination(t *testing.T) {
 		e.ct.AddFlow(conntrack.Flow{Protocol: 17, OrigSrc: net.ParseIP("10.244.1.9"), OrigSrcPort: 5000,
 			OrigDst: net.ParseIP("8.8.8.8"), OrigDstPort: 53, ReplySrc: net.ParseIP("8.8.8.8"), ReplySrcPort: 53})
 		s1 := makeSlice("ns", "d", "d-1", udp("dns", 53), endpoint("10.244.2.1"))
-		e.p.OnEndpointSliceUpdate(s2, s1)
+		e.updateSlice(s2, s1)
 		e.ct.ResetOps()
 		e.mustSync()
 		diff(t, "ipvs", "UDP  10.96.0.53:53 rr\n  -> 10.244.2.1:53 Masq 1 0 0", e.ipvs.Dump())
@@ -463,7 +463,7 @@ func TestServiceDeletionLeavesNothing(t *testing.T) {
 		t.Fatalf("nothing programmed")
 	}
 	e.p.OnServiceDelete(svc)
-	e.p.OnEndpointSliceDelete(sl)
+	e.deleteSlice(sl)
 	e.mustSync()
 	diff(t, "ipvs", "", e.ipvs.Dump())
 	diff(t, "ipset members", "", e.setMembers())
@@ -591,7 +591,7 @@ func TestReplacedEndpointAddedBeforeRemoval(t *testing.T) {
 	e.start(svc, old)
 	rec.log = nil
 	cur := makeSlice("ns", "dns", "dns-1", udp("dns", 53), endpoint("10.244.1.1"))
-	e.p.OnEndpointSliceUpdate(old, cur)
+	e.updateSlice(old, cur)
 	e.mustSync()
 	diff(t, "real-server writes", "add 10.244.1.1:53\ndel 10.244.1.9:53", strings.Join(rec.log, "\n"))
 	diff(t, "ipvs", "UDP  10.96.0.10:53 rr\n  -> 10.244.1.1:53 Masq 1 0 0", e.ipvs.Dump())
@@ -676,7 +676,7 @@ func TestPartialSyncReadsNoNodeAddresses(t *testing.T) {
 		makeService("ns", "np", clusterIP("10.96.0.50"), port("p", v1.ProtocolTCP, 80, 30050)),
 		makeSlice("ns", "np", "np-1", tcp("p", 8080), endpoint("10.244.2.50")))
 	e.nl.ResetOps()
-	e.p.OnEndpointSliceUpdate(
+	e.updateSlice(
 		makeSlice("ns", "np", "np-1", tcp("p", 8080), endpoint("10.244.2.50")),
 		makeSlice("ns", "np", "np-1", tcp("p", 8080), endpoint("10.244.2.50"), endpoint("10.244.2.51")))
 	if st := e.mustSync(); st.Full {

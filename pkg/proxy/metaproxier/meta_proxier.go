@@ -52,7 +52,7 @@ func (m *metaProxier) OnServiceSynced() {
 }
 
 // forSlice returns the proxier of a slice's address family, nil (logged) for others.
-func (m *metaProxier) forSlice(e *discovery.EndpointSlice) proxy.Provider {
+func (m *metaProxier) forSlice(e *proxy.EndpointSliceRecord) proxy.Provider {
 	switch e.AddressType {
 	case discovery.AddressTypeIPv4:
 		return m.ipv4
@@ -63,19 +63,19 @@ func (m *metaProxier) forSlice(e *discovery.EndpointSlice) proxy.Provider {
 	return nil
 }
 
-func (m *metaProxier) OnEndpointSliceAdd(e *discovery.EndpointSlice) {
+func (m *metaProxier) OnEndpointSliceAdd(e *proxy.EndpointSliceRecord) {
 	if p := m.forSlice(e); p != nil {
 		p.OnEndpointSliceAdd(e)
 	}
 }
 
-func (m *metaProxier) OnEndpointSliceUpdate(o, e *discovery.EndpointSlice) {
+func (m *metaProxier) OnEndpointSliceUpdate(o, e *proxy.EndpointSliceRecord) {
 	if p := m.forSlice(e); p != nil {
 		p.OnEndpointSliceUpdate(o, e)
 	}
 }
 
-func (m *metaProxier) OnEndpointSliceDelete(e *discovery.EndpointSlice) {
+func (m *metaProxier) OnEndpointSliceDelete(e *proxy.EndpointSliceRecord) {
 	if p := m.forSlice(e); p != nil {
 		p.OnEndpointSliceDelete(e)
 	}
