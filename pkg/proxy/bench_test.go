@@ -60,12 +60,13 @@ func BenchmarkServiceChange(b *testing.B) {
 	sct := NewServiceChangeTracker(v1.IPv4Protocol, nil)
 	sm := ServicePortMap{}
 	for s := range 5000 {
-		sct.Update(nil, makeService(fmt.Sprintf("svc-%d", s), clusterIPs(fmt.Sprintf("10.0.%d.%d", s>>8, s&0xff)),
+		serviceUpdate(sct, nil, makeService(fmt.Sprintf("svc-%d", s), clusterIPs(fmt.Sprintf("10.0.%d.%d", s>>8, s&0xff)),
 			ports(tcpPort("http", 80), udpPort("dns", 53))))
 	}
 	sm.Update(sct)
-	a := makeService("svc-0", clusterIPs("10.0.0.0"), ports(tcpPort("http", 80), udpPort("dns", 53)))
-	c := makeService("svc-0", clusterIPs("10.0.0.0"), ports(tcpPort("http", 8080), udpPort("dns", 53)))
+	// The informer makes the records before the handler gets them.
+	a := NewServiceRecord(makeService("svc-0", clusterIPs("10.0.0.0"), ports(tcpPort("http", 80), udpPort("dns", 53))))
+	c := NewServiceRecord(makeService("svc-0", clusterIPs("10.0.0.0"), ports(tcpPort("http", 8080), udpPort("dns", 53))))
 	for i := 0; b.Loop(); i++ {
 		if i%2 == 0 {
 			sct.Update(a, c)

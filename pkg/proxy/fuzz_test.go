@@ -78,12 +78,12 @@ func FuzzServiceToServicePorts(f *testing.F) {
 
 			// Through the tracker: add then delete before a sync is no change.
 			sct := NewServiceChangeTracker(family, nil)
-			sct.Update(nil, svc)
-			if sct.Update(svc, nil) || sct.PendingChanges() != 0 {
+			serviceUpdate(sct, nil, svc)
+			if serviceUpdate(sct, svc, nil) || sct.PendingChanges() != 0 {
 				t.Fatalf("%s: add+delete left a pending change", family)
 			}
 			sm := ServicePortMap{}
-			sct.Update(nil, svc)
+			serviceUpdate(sct, nil, svc)
 			res := sm.Update(sct)
 			if len(m) > 0 && !reflect.DeepEqual(sm, m) || len(m) == 0 && len(sm) != 0 {
 				t.Fatalf("%s: map after Update differs from the built ports", family)

@@ -4,12 +4,13 @@ import (
 	v1 "k8s.io/api/core/v1"
 )
 
-// ServiceHandler receives Service changes. Implementations only record the change and
-// poke their sync runner; they never touch the kernel.
+// ServiceHandler receives Service changes, each Service as the informer caches it: a
+// ServiceRecord. Implementations only record the change and poke their sync runner;
+// they never touch the kernel.
 type ServiceHandler interface {
-	OnServiceAdd(service *v1.Service)
-	OnServiceUpdate(oldService, service *v1.Service)
-	OnServiceDelete(service *v1.Service)
+	OnServiceAdd(service *ServiceRecord)
+	OnServiceUpdate(oldService, service *ServiceRecord)
+	OnServiceDelete(service *ServiceRecord)
 	// OnServiceSynced is called once the informer's initial list has been delivered.
 	OnServiceSynced()
 }

@@ -45,7 +45,7 @@ func NewServiceChangeTracker(ipFamily v1.IPFamily, recorder events.EventRecorder
 // returns true if the tracker holds any change that needs a sync, whether or not this
 // call caused it (as upstream). Changes coalesce: an add followed by a delete before
 // the next sync leaves nothing to do.
-func (sct *ServiceChangeTracker) Update(previous, current *v1.Service) bool {
+func (sct *ServiceChangeTracker) Update(previous, current *ServiceRecord) bool {
 	svc := current
 	if svc == nil {
 		svc = previous
@@ -54,13 +54,13 @@ func (sct *ServiceChangeTracker) Update(previous, current *v1.Service) bool {
 		return false
 	}
 	nn := types.NamespacedName{Namespace: svc.Namespace, Name: svc.Name}
-	currentPorts := serviceToServicePorts(current, sct.ipFamily, sct.recorder)
+	currentPorts := serviceToServicePorts(current.Service(), sct.ipFamily, sct.recorder)
 
 	sct.lock.Lock()
 	defer sct.lock.Unlock()
 	change, ok := sct.items[nn]
 	if !ok {
-		change = &serviceChange{previous: serviceToServicePorts(previous, sct.ipFamily, nil)}
+		change = &serviceChange{previous: serviceToServicePorts(previous.Service(), sct.ipFamily, nil)}
 		sct.items[nn] = change
 	}
 	change.current = currentPorts

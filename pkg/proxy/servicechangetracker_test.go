@@ -11,6 +11,12 @@ import (
 	"k8s.io/client-go/tools/events"
 )
 
+// serviceUpdate hands a Service change to sct as the Service informer does: as
+// records.
+func serviceUpdate(sct *ServiceChangeTracker, previous, current *v1.Service) bool {
+	return sct.Update(NewServiceRecord(previous), NewServiceRecord(current))
+}
+
 func udpPort(name string, port int32) v1.ServicePort {
 	return v1.ServicePort{Name: name, Port: port, Protocol: v1.ProtocolUDP}
 }
@@ -149,13 +155,13 @@ func TestServiceChangeTracker(t *testing.T) {
 			sct := NewServiceChangeTracker(v1.IPv4Protocol, nil)
 			sm := make(ServicePortMap)
 			for _, e := range tc.initial {
-				sct.Update(e.old, e.new)
+				serviceUpdate(sct, e.old, e.new)
 			}
 			sm.Update(sct)
 
 			var gotPending []bool
 			for _, e := range tc.events {
-				gotPending = append(gotPending, sct.Update(e.old, e.new))
+				gotPending = append(gotPending, serviceUpdate(sct, e.old, e.new))
 			}
 			if diff := cmp.Diff(tc.wantPending, gotPending); diff != "" {
 				t.Errorf("Update returns (-want +got):\n%s", diff)
@@ -207,11 +213,11 @@ func TestServiceChangeTrackerEventsOnlyForCurrent(t *testing.T) {
 	bad := makeService("a", func(s *v1.Service) { s.Spec.ExternalIPs = []string{"bogus"} })
 	fixed := makeService("a")
 	// The informer's old object was reported when it was new; only report the new one.
-	sct.Update(bad, fixed)
+	serviceUpdate(sct, bad, fixed)
 	if got := drainEvents(recorder); len(got) != 0 {
 		t.Fatalf("events for the old object: %q", got)
 	}
-	sct.Update(fixed, bad)
+	serviceUpdate(sct, fixed, bad)
 	if got := drainEvents(recorder); len(got) != 1 {
 		t.Fatalf("want one event for the new object, got %q", got)
 	}

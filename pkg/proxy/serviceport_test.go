@@ -400,19 +400,27 @@ func TestServiceToServicePorts(t *testing.T) {
 		},
 	}
 	for _, tc := range testCases {
-		t.Run(tc.name, func(t *testing.T) {
-			recorder := events.NewFakeRecorder(100)
-			got := serviceToServicePorts(tc.svc, tc.family, recorder)
-			if diff := cmp.Diff(tc.want, dumpServicePorts(got)); diff != "" {
-				t.Errorf("ports (-want +got):\n%s", diff)
-			}
-			if tc.want == "" && got != nil {
-				t.Errorf("want a nil map, got %v", got)
-			}
-			if diff := cmp.Diff(tc.events, drainEvents(recorder)); diff != "" {
-				t.Errorf("events (-want +got):\n%s", diff)
-			}
-		})
+		// The object itself, and the Service as its record keeps it (what the
+		// informer delivers): the same ports and Events.
+		for _, via := range []string{"object", "record"} {
+			t.Run(tc.name+"/"+via, func(t *testing.T) {
+				svc := tc.svc
+				if via == "record" {
+					svc = NewServiceRecord(svc).Service()
+				}
+				recorder := events.NewFakeRecorder(100)
+				got := serviceToServicePorts(svc, tc.family, recorder)
+				if diff := cmp.Diff(tc.want, dumpServicePorts(got)); diff != "" {
+					t.Errorf("ports (-want +got):\n%s", diff)
+				}
+				if tc.want == "" && got != nil {
+					t.Errorf("want a nil map, got %v", got)
+				}
+				if diff := cmp.Diff(tc.events, drainEvents(recorder)); diff != "" {
+					t.Errorf("events (-want +got):\n%s", diff)
+				}
+			})
+		}
 	}
 }
 

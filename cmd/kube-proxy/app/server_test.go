@@ -268,11 +268,11 @@ func newFakeProvider(ctx context.Context) *fakeProvider {
 }
 
 func (p *fakeProvider) record(f func()) { p.mu.Lock(); defer p.mu.Unlock(); f() }
-func (p *fakeProvider) OnServiceAdd(s *v1.Service) {
+func (p *fakeProvider) OnServiceAdd(s *proxy.ServiceRecord) {
 	p.record(func() { p.services[s.Namespace+"/"+s.Name] = true })
 }
-func (p *fakeProvider) OnServiceUpdate(_, s *v1.Service) { p.OnServiceAdd(s) }
-func (p *fakeProvider) OnServiceDelete(s *v1.Service) {
+func (p *fakeProvider) OnServiceUpdate(_, s *proxy.ServiceRecord) { p.OnServiceAdd(s) }
+func (p *fakeProvider) OnServiceDelete(s *proxy.ServiceRecord) {
 	p.record(func() { delete(p.services, s.Namespace+"/"+s.Name) })
 }
 func (p *fakeProvider) OnServiceSynced() { p.record(func() { p.synced["services"] = true }) }

@@ -150,15 +150,20 @@ func (c *objectConfig[T, H]) handleDelete(obj any) {
 	c.handlers.each(func(h H) { c.remove(h, o) })
 }
 
-// ServiceConfig delivers Service informer events to ServiceHandlers.
+// ServiceConfig delivers Service informer events to ServiceHandlers, each Service as a
+// proxy.ServiceRecord.
 type ServiceConfig struct {
-	objectConfig[*v1.Service, ServiceHandler]
+	objectConfig[*proxy.ServiceRecord, ServiceHandler]
 }
 
-// NewServiceConfig registers on informer; resyncPeriod is configSyncPeriod.
+// NewServiceConfig registers on informer; resyncPeriod is configSyncPeriod. It makes
+// the informer cache records (ReduceServices) in place of the objects, so it must be
+// called before the informer starts; a started informer's objects are reduced on
+// delivery instead, and its cache keeps them whole.
 func NewServiceConfig(ctx context.Context, informer coreinformers.ServiceInformer, resyncPeriod time.Duration) *ServiceConfig {
-	c := &ServiceConfig{objectConfig[*v1.Service, ServiceHandler]{
-		logger:   klog.LoggerWithValues(klog.FromContext(ctx), "kind", "Service"),
+	logger := klog.LoggerWithValues(klog.FromContext(ctx), "kind", "Service")
+	c := &ServiceConfig{objectConfig[*proxy.ServiceRecord, ServiceHandler]{
+		logger:   logger,
 		kind:     "Service",
 		name:     "service config",
 		add:      ServiceHandler.OnServiceAdd,
@@ -166,8 +171,29 @@ func NewServiceConfig(ctx context.Context, informer coreinformers.ServiceInforme
 		remove:   ServiceHandler.OnServiceDelete,
 		isSynced: ServiceHandler.OnServiceSynced,
 	}}
-	c.register(informer.Informer(), resyncPeriod)
+	c.convert = func(obj any) (*proxy.ServiceRecord, bool) {
+		if svc, ok := unwrapTombstone(obj).(*v1.Service); ok && svc != nil {
+			return proxy.NewServiceRecord(svc), true
+		}
+		return objectAs[*proxy.ServiceRecord](logger, obj, c.kind)
+	}
+	inf := informer.Informer()
+	if err := inf.SetTransform(ReduceServices); err != nil {
+		logger.Error(err, "Service informer caches whole objects")
+	}
+	c.register(inf, resyncPeriod)
 	return c
+}
+
+// ReduceServices is the Service informer's transform: each Service is cached as its
+// proxy.ServiceRecord. Anything else (a record already, when the informer hands a
+// cached object back through the transform on a resync, or a tombstone) passes
+// through.
+func ReduceServices(obj any) (any, error) {
+	if svc, ok := obj.(*v1.Service); ok && svc != nil {
+		return proxy.NewServiceRecord(svc), nil
+	}
+	return obj, nil
 }
 
 // EndpointSliceConfig delivers EndpointSlice informer events to EndpointSliceHandlers,

@@ -54,11 +54,13 @@ func (r *recorder) waitFor(t *testing.T, n int) []string {
 	return r.got()
 }
 
-func (r *recorder) OnServiceAdd(s *v1.Service) { r.record("add service %s/%s", s.Namespace, s.Name) }
-func (r *recorder) OnServiceUpdate(o, s *v1.Service) {
-	r.record("update service %s/%s %s->%s", s.Namespace, s.Name, o.Spec.ClusterIP, s.Spec.ClusterIP)
+func (r *recorder) OnServiceAdd(s *proxy.ServiceRecord) {
+	r.record("add service %s/%s", s.Namespace, s.Name)
 }
-func (r *recorder) OnServiceDelete(s *v1.Service) {
+func (r *recorder) OnServiceUpdate(o, s *proxy.ServiceRecord) {
+	r.record("update service %s/%s %s->%s", s.Namespace, s.Name, o.Service().Spec.ClusterIP, s.Service().Spec.ClusterIP)
+}
+func (r *recorder) OnServiceDelete(s *proxy.ServiceRecord) {
 	r.record("delete service %s/%s", s.Namespace, s.Name)
 }
 func (r *recorder) OnServiceSynced() { r.record("services synced") }

@@ -99,11 +99,11 @@ func liveHeap() uint64 {
 
 // BenchmarkCachedObjectBytes measures what the informer cache holds per object of
 // realistic Services and EndpointSlices (10 endpoints), decoded from protobuf one at a
-// time as the informers do, whole and through their transforms (TrimForCache for
-// Services, ReduceEndpointSlices for slices: the record, endpoints included, which
-// the proxier's change tracker shares). The scale benchmarks'
-// generated objects carry none of what the transform drops; this shows what it saves
-// on a real cluster's objects. Run with -benchtime 1x.
+// time as the informers do, whole and as the records their transforms make
+// (ReduceServices, ReduceEndpointSlices; a slice's record includes the endpoints,
+// which the proxier's change tracker shares). The scale benchmarks' generated
+// objects carry none of what is dropped; this shows what it saves on a real
+// cluster's objects. Run with -benchtime 1x.
 func BenchmarkCachedObjectBytes(b *testing.B) {
 	const n = 5000
 	encode := func(o protoObject) []byte {
@@ -121,7 +121,7 @@ func BenchmarkCachedObjectBytes(b *testing.B) {
 	for _, trim := range []bool{false, true} {
 		name := "whole"
 		if trim {
-			name = "trimmed"
+			name = "record"
 		}
 		b.Run(name, func(b *testing.B) {
 			for range b.N {
@@ -147,7 +147,7 @@ func BenchmarkCachedObjectBytes(b *testing.B) {
 						b.Fatal(err)
 					}
 					return s
-				}, TrimForCache)
+				}, ReduceServices)
 				sliceBytes := measure(func(i int) any {
 					s := &discovery.EndpointSlice{}
 					if err := s.Unmarshal(sliceData[i]); err != nil {

@@ -1,7 +1,6 @@
 package config
 
 import (
-	"fmt"
 	"reflect"
 	"testing"
 	"time"
@@ -116,12 +115,12 @@ func fullSlice() *discovery.EndpointSlice {
 	}
 }
 
-// TestTrimForCache spells out what survives the transform: every field kube-proxy
-// reads (pkg/proxy: serviceport.go, endpointslicecache.go, endpointschangetracker.go;
-// the proxier's Events) and nothing else.
-func TestTrimForCache(t *testing.T) {
-	svc := fullService()
+// TestReduceServices spells out what a Service's record keeps, seen through
+// ServiceRecord.Service: every field kube-proxy reads (pkg/proxy serviceport.go, the
+// proxier's Events) and nothing else. Values many records repeat are shared.
+func TestReduceServices(t *testing.T) {
 	want := fullService()
+	want.TypeMeta = metav1.TypeMeta{}
 	want.ObjectMeta = metav1.ObjectMeta{
 		Name: "web", Namespace: "ns", UID: "uid-1", ResourceVersion: "42",
 		Annotations: map[string]string{"kube-proxy-ipvs.io/scheduler": "sh", "kube-proxy-ipvs.io/scheduler-flags": "flag-1",
@@ -144,28 +143,42 @@ func TestTrimForCache(t *testing.T) {
 		{},
 	}}}
 
-	for range 2 { // idempotent
-		out, err := TrimForCache(svc)
-		if err != nil || out != svc {
-			t.Fatalf("TrimForCache(Service) = %v, %v; want the object changed in place", out, err)
-		}
-		if diff := cmp.Diff(want, svc); diff != "" {
-			t.Errorf("Service (-want +got):\n%s", diff)
+	out, err := ReduceServices(fullService())
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec, ok := out.(*proxy.ServiceRecord)
+	if !ok {
+		t.Fatalf("transform returned %T, want a record", out)
+	}
+	if diff := cmp.Diff(want, rec.Service()); diff != "" {
+		t.Errorf("Service (-want +got):\n%s", diff)
+	}
+	key, err := cache.MetaNamespaceKeyFunc(rec)
+	if err != nil || key != "ns/web" {
+		t.Errorf("store key %q, %v; want ns/web", key, err)
+	}
+	for _, obj := range []any{rec, cache.DeletedFinalStateUnknown{Key: "ns/web", Obj: rec}, fullSlice()} {
+		if got, err := ReduceServices(obj); err != nil || !reflect.DeepEqual(got, obj) {
+			t.Errorf("transform(%T) = %T, %v; want it passed through", obj, got, err)
 		}
 	}
 
-	// Values many objects repeat are shared, and trimmed objects stay deep-copyable.
+	// Only the clusterIP an old API server wrote: it is the record's clusterIPs.
+	old := fullService()
+	old.Spec.ClusterIPs = nil
+	if got := proxy.NewServiceRecord(old).Service().Spec.ClusterIPs; !reflect.DeepEqual(got, []string{"10.96.0.10"}) {
+		t.Errorf("clusterIPs from the singular field: %q", got)
+	}
+
+	// Namespaces and port names are shared.
 	other := fullService()
 	other.Namespace = string([]byte("ns")) // a separate copy, as a decoder makes
-	if _, err := TrimForCache(other); err != nil {
-		t.Fatal(err)
-	}
-	if unsafe.StringData(other.Namespace) != unsafe.StringData(svc.Namespace) ||
-		unsafe.StringData(other.Spec.Ports[0].Name) != unsafe.StringData(svc.Spec.Ports[0].Name) {
+	other.Spec.Ports[0].Name = string([]byte("http"))
+	a, b := rec.Service(), proxy.NewServiceRecord(other).Service()
+	if unsafe.StringData(a.Namespace) != unsafe.StringData(b.Namespace) ||
+		unsafe.StringData(a.Spec.Ports[0].Name) != unsafe.StringData(b.Spec.Ports[0].Name) {
 		t.Errorf("namespaces and port names are not shared")
-	}
-	if diff := cmp.Diff(svc, svc.DeepCopy()); diff != "" {
-		t.Errorf("deep copy differs:\n%s", diff)
 	}
 }
 
@@ -219,37 +232,22 @@ func TestTrimForCacheNode(t *testing.T) {
 }
 
 func TestTrimForCachePassesOthersThrough(t *testing.T) {
-	svc := fullService()
-	tomb := cache.DeletedFinalStateUnknown{Key: "ns/web", Obj: svc}
+	node := &v1.Node{ObjectMeta: fullMeta(nil, nil)}
+	tomb := cache.DeletedFinalStateUnknown{Key: "web", Obj: node}
 	if out, err := TrimForCache(tomb); err != nil || out != any(tomb) {
 		t.Errorf("tombstone: got %v, %v; want it passed through", out, err)
 	}
-	if svc.ManagedFields == nil {
+	if node.ManagedFields == nil {
 		t.Errorf("the tombstone's object was changed")
 	}
 	slice := fullSlice()
 	if out, err := TrimForCache(slice); err != nil || out != any(slice) || !reflect.DeepEqual(slice, fullSlice()) {
 		t.Errorf("EndpointSlice: got %v, %v; want it passed through unchanged (its informer caches records)", out, err)
 	}
+	if out, err := TrimForCache(fullService()); err != nil || !reflect.DeepEqual(out, fullService()) {
+		t.Errorf("Service: got %v, %v; want it passed through unchanged (its informer caches records)", out, err)
+	}
 	if out, err := TrimForCache("x"); err != nil || out != "x" {
 		t.Errorf("string: got %v, %v", out, err)
-	}
-}
-
-// TestTrimForCacheSharedStringsBounded: the table of shared names starts again when
-// full, and what it handed out before stays valid.
-func TestTrimForCacheSharedStringsBounded(t *testing.T) {
-	first := internPtr(ptr.To("node-0"))
-	for i := range maxSharedStrings + 10 {
-		internPtr(ptr.To(fmt.Sprintf("node-%d", i+1)))
-	}
-	stringPtrs.Lock()
-	n := len(stringPtrs.m)
-	stringPtrs.Unlock()
-	if n > maxSharedStrings {
-		t.Errorf("%d shared strings, want at most %d", n, maxSharedStrings)
-	}
-	if *first != "node-0" {
-		t.Errorf("a handed-out name changed: %q", *first)
 	}
 }

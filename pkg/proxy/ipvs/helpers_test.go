@@ -142,7 +142,7 @@ func (e *testEnv) start(objs ...any) {
 func (e *testEnv) add(o any) {
 	switch o := o.(type) {
 	case *v1.Service:
-		e.p.OnServiceAdd(o)
+		e.p.OnServiceAdd(proxy.NewServiceRecord(o))
 	case *discovery.EndpointSlice:
 		e.p.OnEndpointSliceAdd(e.record(o))
 	case *v1.Node:
@@ -159,6 +159,10 @@ func (e *testEnv) record(slice *discovery.EndpointSlice) *proxy.EndpointSliceRec
 
 func (e *testEnv) updateSlice(old, cur *discovery.EndpointSlice) {
 	e.p.OnEndpointSliceUpdate(e.record(old), e.record(cur))
+}
+
+func (e *testEnv) deleteService(svc *v1.Service) {
+	e.p.OnServiceDelete(proxy.NewServiceRecord(svc))
 }
 
 func (e *testEnv) deleteSlice(slice *discovery.EndpointSlice) {

@@ -302,7 +302,7 @@ func TestHostileObjects(t *testing.T) {
 			for _, o := range c.objs {
 				switch o := o.(type) {
 				case *v1.Service:
-					e.p.OnServiceDelete(o)
+					e.deleteService(o)
 				case *discovery.EndpointSlice:
 					e.deleteSlice(o)
 				case *v1.Node:

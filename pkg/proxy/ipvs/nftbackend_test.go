@@ -202,7 +202,7 @@ element ip-load-balancer-source 203.0.113.7 . tcp . 443 . 203.0.113.7
 	}
 
 	// Deleting the Service leaves no element of it.
-	e.p.OnServiceDelete(lb)
+	e.deleteService(lb)
 	e.mustSync()
 	if got := nftLines(t, rs, "element "); strings.Contains(got, "203.0.113.7") || strings.Contains(got, "10.96.0.12") {
 		t.Errorf("elements of a deleted Service remain:\n%s", got)

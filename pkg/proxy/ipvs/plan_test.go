@@ -121,7 +121,7 @@ func TestClusterIPWinsWhateverTheOrder(t *testing.T) {
 	if strings.Contains(e.setMembers(), "KUBE-EXTERNAL-IP 10.96.0.10") {
 		t.Errorf("the refused external IP is still in KUBE-EXTERNAL-IP")
 	}
-	e.p.OnServiceDelete(dns)
+	e.deleteService(dns)
 	e.mustSync()
 	if !strings.Contains(e.ipvs.Dump(), "UDP  10.96.0.10:53 rr\n  -> 10.244.2.66:53") {
 		t.Errorf("external IP not taken back after the ClusterIP went:\n%s", e.ipvs.Dump())

@@ -378,9 +378,9 @@ func (p *Proxier) SyncLoop() {
 	p.syncRunner.Loop(p.ctx.Done())
 }
 
-func (p *Proxier) OnServiceAdd(service *v1.Service) { p.OnServiceUpdate(nil, service) }
+func (p *Proxier) OnServiceAdd(service *proxy.ServiceRecord) { p.OnServiceUpdate(nil, service) }
 
-func (p *Proxier) OnServiceUpdate(oldService, service *v1.Service) {
+func (p *Proxier) OnServiceUpdate(oldService, service *proxy.ServiceRecord) {
 	p.recordUID(oldService, service)
 	if p.serviceChanges.Update(oldService, service) {
 		observeServiceChange(p.serviceChanges.PendingChanges())
@@ -390,7 +390,7 @@ func (p *Proxier) OnServiceUpdate(oldService, service *v1.Service) {
 	}
 }
 
-func (p *Proxier) OnServiceDelete(service *v1.Service) { p.OnServiceUpdate(service, nil) }
+func (p *Proxier) OnServiceDelete(service *proxy.ServiceRecord) { p.OnServiceUpdate(service, nil) }
 
 func (p *Proxier) OnServiceSynced() {
 	p.mu.Lock()
@@ -467,7 +467,7 @@ func (p *Proxier) OnNodeDelete(node *v1.Node) {
 func (p *Proxier) OnNodeSynced() {}
 
 // recordUID remembers each Service's UID, for the Events about it.
-func (p *Proxier) recordUID(oldService, service *v1.Service) {
+func (p *Proxier) recordUID(oldService, service *proxy.ServiceRecord) {
 	p.uidMu.Lock()
 	defer p.uidMu.Unlock()
 	switch {

@@ -462,7 +462,7 @@ func TestServiceDeletionLeavesNothing(t *testing.T) {
 	if e.ipvs.Dump() == "" || e.setMembers() == "" {
 		t.Fatalf("nothing programmed")
 	}
-	e.p.OnServiceDelete(svc)
+	e.deleteService(svc)
 	e.deleteSlice(sl)
 	e.mustSync()
 	diff(t, "ipvs", "", e.ipvs.Dump())

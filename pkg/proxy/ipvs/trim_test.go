@@ -78,15 +78,12 @@ func decorate(obj any) any {
 	return obj
 }
 
-// trimmed is what the daemon's Service and Node informers cache of obj (a deep copy:
-// the transform works in place). Slices pass through: e.add hands every slice over as
-// its record, which is what the EndpointSlice informer caches.
+// trimmed is what the daemon's Node informer caches of obj (a deep copy: the
+// transform works in place). Services and slices pass through: e.add hands each over
+// as its record, which is what their informers cache.
 func trimmed(t *testing.T, obj any) any {
-	switch o := obj.(type) {
-	case *v1.Service:
-		obj = o.DeepCopy()
-	case *v1.Node:
-		obj = o.DeepCopy()
+	if n, ok := obj.(*v1.Node); ok {
+		obj = n.DeepCopy()
 	}
 	out, err := config.TrimForCache(obj)
 	if err != nil {
@@ -110,10 +107,11 @@ func eventTexts(rec *events.FakeRecorder) []string {
 
 // TestTrimmedObjectsSameState: the proxier builds the same kernel state, reports the
 // same Events and holds the same service and endpoint maps from what the informers
-// cache (objects through config.TrimForCache) as from whole objects, for objects
-// covering every Service feature, hostile ones, and the same decorated with every
-// field kube-proxy does not read (for slices, which reach the proxier as records
-// either way, that decorated case is what shows the record leaves out nothing read).
+// cache as from whole objects, for objects covering every Service feature, hostile
+// ones, and the same decorated with every field kube-proxy does not read. Services
+// and slices reach the proxier as records either way (e.add), so for them the
+// decorated case is what shows that a record leaves out nothing the proxier reads;
+// the comparison itself covers the Node's transform.
 func TestTrimmedObjectsSameState(t *testing.T) {
 	objs := append(packetFlowObjects(), goodObjects()...)
 	hinted := func(ip, zone string) discovery.Endpoint {

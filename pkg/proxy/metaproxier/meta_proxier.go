@@ -31,17 +31,17 @@ func (m *metaProxier) SyncLoop() {
 	m.ipv4.SyncLoop()
 }
 
-func (m *metaProxier) OnServiceAdd(s *v1.Service) {
+func (m *metaProxier) OnServiceAdd(s *proxy.ServiceRecord) {
 	m.ipv4.OnServiceAdd(s)
 	m.ipv6.OnServiceAdd(s)
 }
 
-func (m *metaProxier) OnServiceUpdate(o, s *v1.Service) {
+func (m *metaProxier) OnServiceUpdate(o, s *proxy.ServiceRecord) {
 	m.ipv4.OnServiceUpdate(o, s)
 	m.ipv6.OnServiceUpdate(o, s)
 }
 
-func (m *metaProxier) OnServiceDelete(s *v1.Service) {
+func (m *metaProxier) OnServiceDelete(s *proxy.ServiceRecord) {
 	m.ipv4.OnServiceDelete(s)
 	m.ipv6.OnServiceDelete(s)
 }

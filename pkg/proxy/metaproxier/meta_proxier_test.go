@@ -11,9 +11,9 @@ import (
 
 type recorder struct{ slices, services int }
 
-func (r *recorder) OnServiceAdd(*v1.Service)                              { r.services++ }
-func (r *recorder) OnServiceUpdate(_, _ *v1.Service)                      { r.services++ }
-func (r *recorder) OnServiceDelete(*v1.Service)                           { r.services++ }
+func (r *recorder) OnServiceAdd(*proxy.ServiceRecord)                     { r.services++ }
+func (r *recorder) OnServiceUpdate(_, _ *proxy.ServiceRecord)             { r.services++ }
+func (r *recorder) OnServiceDelete(*proxy.ServiceRecord)                  { r.services++ }
 func (r *recorder) OnServiceSynced()                                      {}
 func (r *recorder) OnEndpointSliceAdd(*proxy.EndpointSliceRecord)         { r.slices++ }
 func (r *recorder) OnEndpointSliceUpdate(_, _ *proxy.EndpointSliceRecord) { r.slices++ }
@@ -33,7 +33,7 @@ func TestDispatch(t *testing.T) {
 	m.OnEndpointSliceAdd(&proxy.EndpointSliceRecord{AddressType: discovery.AddressTypeIPv4})
 	m.OnEndpointSliceUpdate(nil, &proxy.EndpointSliceRecord{AddressType: discovery.AddressTypeIPv6})
 	m.OnEndpointSliceDelete(&proxy.EndpointSliceRecord{AddressType: discovery.AddressTypeFQDN})
-	m.OnServiceAdd(&v1.Service{})
+	m.OnServiceAdd(&proxy.ServiceRecord{})
 	if v4.slices != 1 || v6.slices != 1 || v4.services != 1 || v6.services != 1 {
 		t.Errorf("v4 %+v, v6 %+v", v4, v6)
 	}

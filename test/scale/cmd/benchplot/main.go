@@ -99,7 +99,11 @@ func writeTable(path string, rs []result) error {
 	return os.WriteFile(path, []byte(b.String()), 0o644)
 }
 
-type point struct{ x, y float64 }
+// point is one measurement; atLeast marks a lower bound (the run ended first).
+type point struct {
+	x, y    float64
+	atLeast bool
+}
 
 type series struct {
 	label  string
@@ -114,7 +118,7 @@ func seriesFor(rs []result, prefix, label string, c color.RGBA) series {
 			continue
 		}
 		if n, ok := services(r.name); ok && r.metrics["ns/op"] > 0 {
-			s.points = append(s.points, point{float64(n), r.metrics["ns/op"] / 1e6})
+			s.points = append(s.points, point{x: float64(n), y: r.metrics["ns/op"] / 1e6})
 		}
 	}
 	sort.Slice(s.points, func(i, j int) bool { return s.points[i].x < s.points[j].x })
@@ -127,7 +131,8 @@ const (
 	top, bottom   = 50, 70
 )
 
-func plot(path string, all []series) error {
+// plot draws all (ms against Services, log-log) under title.
+func plot(path, title string, all []series) error {
 	img := image.NewRGBA(image.Rect(0, 0, width, height))
 	draw.Draw(img, img.Bounds(), image.White, image.Point{}, draw.Src)
 	var xs, ys []float64
@@ -167,19 +172,30 @@ func plot(path string, all []series) error {
 	}
 	line(img, left, top, left, height-bottom, black)
 	line(img, left, height-bottom, width-right, height-bottom, black)
-	text(img, left, top-20, "Sync time vs Service count (10 endpoints each, fake kernel; log-log)", black)
+	text(img, left, top-20, title, black)
 	text(img, left+int(pw)/2-60, height-18, "Services (log)", black)
 	text(img, 8, top-30, "ms per sync", black)
 
 	for i, s := range all {
 		for j, p := range s.points {
 			x, y := px(p.x), py(p.y)
-			square(img, x, y, 3, s.color)
+			label := pointLabel(p.y)
+			if p.atLeast {
+				// A lower bound: an open square with an arrow up.
+				square(img, x, y, 4, s.color)
+				square(img, x, y, 2, color.RGBA{255, 255, 255, 255})
+				line(img, x, y-4, x, y-18, s.color)
+				line(img, x-3, y-15, x, y-18, s.color)
+				line(img, x+3, y-15, x, y-18, s.color)
+				label = "> " + label
+			} else {
+				square(img, x, y, 3, s.color)
+			}
 			if j > 0 {
 				q := s.points[j-1]
 				thick(img, px(q.x), py(q.y), x, y, s.color)
 			}
-			text(img, x+6, y-6, pointLabel(p.y), s.color)
+			text(img, x+6, y-6, label, s.color)
 		}
 		ly := top + 20 + 22*i
 		thick(img, width-right+15, ly-4, width-right+40, ly-4, s.color)
@@ -290,7 +306,15 @@ func main() {
 	in := flag.String("in", "_output/bench/all.txt", "go test -bench output")
 	table := flag.String("table", "_output/bench/results.md", "markdown table to write")
 	out := flag.String("png", "docs/sync-scaling.png", "plot to write")
+	vmLogs := flag.Bool("vm", false, "the arguments are logs of the in-VM scale run (TestScaleVM): plot upstream and ours from them instead")
 	flag.Parse()
+	if *vmLogs {
+		if err := vmMain(flag.Args(), *table, *out); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		return
+	}
 	rs, err := parse(*in)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -305,7 +329,7 @@ func main() {
 		seriesFor(rs, "BenchmarkFullSyncResync", "periodic full resync", color.RGBA{230, 140, 0, 255}),
 		seriesFor(rs, "BenchmarkOneEndpointChange", "one-endpoint change", color.RGBA{30, 90, 200, 255}),
 	}
-	if err := plot(*out, all); err != nil {
+	if err := plot(*out, "Sync time vs Service count (10 endpoints each, fake kernel; log-log)", all); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}

@@ -49,7 +49,7 @@ func TestParseTablePlot(t *testing.T) {
 		t.Errorf("series = %+v", s.points)
 	}
 	out := filepath.Join(dir, "p.png")
-	if err := plot(out, []series{s}); err != nil {
+	if err := plot(out, "title", []series{s}); err != nil {
 		t.Fatal(err)
 	}
 	f, err := os.Open(out)
@@ -64,7 +64,7 @@ func TestParseTablePlot(t *testing.T) {
 	if b := img.Bounds(); b.Dx() != width || b.Dy() != height {
 		t.Errorf("plot is %v", b)
 	}
-	if err := plot(out, nil); err == nil {
+	if err := plot(out, "title", nil); err == nil {
 		t.Errorf("plotting no points succeeded")
 	}
 }
