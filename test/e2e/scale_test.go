@@ -18,7 +18,9 @@
 // KPI_SCALE_CHANGE_P99 (default none) the bound on its p99, and
 // KPI_SCALE_SYNC_PERIOD (e.g. 30s) replaces the ipvs.syncPeriod of
 // framework.KubeProxyConfig (10s), KPI_SCALE_PROGRAM_TIMEOUT (default 15m) the
-// start-up bound, KPI_SCALE_LOG_DIR keeps each daemon's log there,
+// start-up bound (ours fails past it; upstream, which at 10,000 Services under TCG
+// is still in its first sync after 30 minutes, is reported as far as it got, its
+// missing figures as "not after" the bound), KPI_SCALE_LOG_DIR keeps each daemon's log there,
 // KPI_SCALE_ENDPOINTS (default 4) the endpoints per Service, and
 // KPI_SCALE_RULES_BACKEND=nftables runs ours with --ipvs-rules-backend=nftables
 // (the start-up then waits for its table's sets, and no iptables rule). KPI_VM_MEM
@@ -283,6 +285,10 @@ type scaleFigures struct {
 	fullCount int
 	lat       []time.Duration // one-endpoint changes, API write to IPVS
 	rss, hwm  float64         // MiB at the end
+	// unfinished is the program timeout when upstream had not programmed everything
+	// by then: its start-up figures still zero are "more than unfinished", and it
+	// has no change or resync figures (it was still in its first sync).
+	unfinished time.Duration
 }
 
 // scaleWatchedSets are the sets whose completion the start-up waits for, with
@@ -599,7 +605,7 @@ wait:
 		}
 	}
 	f.startAll = res.at.Sub(t0)
-	if res.err != nil {
+	if res.err != nil && (p.name != "upstream" || !p.running(ctx)) {
 		t.Fatalf("%s: not everything programmed %s after kube-proxy started: %v\n%s", p.name, programTimeout, res.err, res.out)
 	}
 	// The poller's clock started a little before kube-proxy: its times minus
@@ -623,6 +629,31 @@ wait:
 	}
 	for _, l := range scaleWaitLines(res.out, "iptables") {
 		f.startIPT = since(l[0])
+	}
+	if res.err != nil {
+		// Upstream at thousands of Services under TCG is still in its first sync
+		// when the time is up: it is measured as far as it got, and what it lacks
+		// is reported as a lower bound instead of failing the comparison.
+		f.startAll, f.unfinished = 0, programTimeout
+		f.rss, f.hwm = p.memory(ctx)
+		var had []string
+		if f.startIPVS > 0 {
+			had = append(had, "IPVS complete at "+scaleSecs(f.startIPVS))
+		}
+		for _, s := range scaleWatchedSets(nsvc, nft) {
+			if d := f.startSets[s.name]; d > 0 {
+				had = append(had, fmt.Sprintf("%s complete at %s", s.name, scaleSecs(d)))
+			}
+		}
+		if f.startIPT > 0 {
+			had = append(had, "the iptables rule at "+scaleSecs(f.startIPT))
+		}
+		if len(had) == 0 {
+			had = []string{"nothing complete"}
+		}
+		say("NOT everything programmed %s after the start (%v); it had: %s; progress: %s; no changes or resyncs measured (still in its first sync); memory then: RSS %.0f MiB, peak %.0f MiB",
+			programTimeout, res.err, strings.Join(had, ", "), strings.Join(progress, "; "), f.rss, f.hwm)
+		return f
 	}
 	afterStart, afterStartText := scaleReadSyncs(t, ctx)
 	f.firstSync = afterStartText
@@ -747,10 +778,17 @@ wait:
 func scaleCompare(up, ours *scaleFigures, nsvc int, oursNFT bool) {
 	row := func(figure string, u, o time.Duration) {
 		ratio := "-"
-		if o > 0 && u > 0 {
+		ut := scaleSecsOrMs(u)
+		switch {
+		case o > 0 && u > 0:
 			ratio = fmt.Sprintf("%.1fx", float64(u)/float64(o))
+		case o > 0 && up.unfinished > 0 && strings.HasPrefix(figure, "start"):
+			ut = "not after " + scaleSecs(up.unfinished)
+			ratio = fmt.Sprintf("> %.1fx", float64(up.unfinished)/float64(o))
+		case up.unfinished > 0:
+			ut = "not measured (in its first sync)"
 		}
-		fmt.Printf("SCALE-CMP: | %s | %s | %s | %s |\n", figure, scaleSecsOrMs(u), scaleSecsOrMs(o), ratio)
+		fmt.Printf("SCALE-CMP: | %s | %s | %s | %s |\n", figure, ut, scaleSecsOrMs(o), ratio)
 	}
 	fmt.Println()
 	fmt.Printf("SCALE-CMP: %d Services x %d endpoints, same VM, same objects, same config; ratio = upstream / ours\n", nsvc, scaleEndpoints)
