@@ -6,9 +6,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 )
@@ -24,9 +22,7 @@ import (
 // never changes after NewEndpointSliceRecord: DeepCopyObject copies the header and
 // shares the endpoints.
 type EndpointSliceRecord struct {
-	Namespace       string
-	Name            string
-	ResourceVersion string
+	RecordMeta
 	// Service is the slice's kubernetes.io/service-name label, "" when it has none.
 	Service     string
 	AddressType discovery.AddressType
@@ -50,13 +46,11 @@ func NewEndpointSliceRecord(slice *discovery.EndpointSlice, nodeName string) *En
 		return nil
 	}
 	r := &EndpointSliceRecord{
-		Namespace:       slice.Namespace,
-		Name:            slice.Name,
-		ResourceVersion: slice.ResourceVersion,
-		Service:         slice.Labels[discovery.LabelServiceName],
-		AddressType:     slice.AddressType,
-		TriggerTime:     lastChangeTriggerTime(slice),
-		nodeName:        nodeName,
+		RecordMeta:  RecordMeta{Namespace: slice.Namespace, Name: slice.Name, ResourceVersion: slice.ResourceVersion, UID: slice.UID},
+		Service:     slice.Labels[discovery.LabelServiceName],
+		AddressType: slice.AddressType,
+		TriggerTime: lastChangeTriggerTime(slice),
+		nodeName:    nodeName,
 	}
 	if r.Service == "" {
 		return r // ignored by every tracker
@@ -85,23 +79,10 @@ func (r *EndpointSliceRecord) keys() (types.NamespacedName, string, error) {
 	return r.serviceName(), r.Name, nil
 }
 
-// GetName, GetNamespace: klog.KObj.
-func (r *EndpointSliceRecord) GetName() string      { return r.Name }
-func (r *EndpointSliceRecord) GetNamespace() string { return r.Namespace }
-
-// GetObjectKind: a record has no kind of its own on the wire.
-func (r *EndpointSliceRecord) GetObjectKind() schema.ObjectKind { return schema.EmptyObjectKind }
-
 // DeepCopyObject copies the header; the endpoints are immutable and shared.
 func (r *EndpointSliceRecord) DeepCopyObject() runtime.Object {
 	c := *r
 	return &c
-}
-
-// GetObjectMeta gives an informer's store the key and resourceVersion it reads
-// (meta.Accessor).
-func (r *EndpointSliceRecord) GetObjectMeta() metav1.Object {
-	return &metav1.ObjectMeta{Namespace: r.Namespace, Name: r.Name, ResourceVersion: r.ResourceVersion}
 }
 
 // lastChangeTriggerTime parses endpoints.kubernetes.io/last-change-trigger-time; zero

@@ -7,8 +7,6 @@ import (
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/types"
 )
 
 // ServiceRecord is a Service as kube-proxy keeps it: the fields a proxier reads, laid
@@ -24,11 +22,8 @@ import (
 // policies, healthCheckNodePort, trafficDistribution; status load balancer ingress IP
 // and ipMode. A record never changes after NewServiceRecord.
 type ServiceRecord struct {
-	Namespace       string
-	Name            string
-	ResourceVersion string
-	UID             types.UID
-	serviceType     v1.ServiceType
+	RecordMeta
+	serviceType v1.ServiceType
 	// clusterIPs is spec.clusterIPs, or spec.clusterIP alone when an old API server
 	// wrote only that.
 	clusterIPs            []string
@@ -69,10 +64,7 @@ func NewServiceRecord(svc *v1.Service) *ServiceRecord {
 	}
 	spec := &svc.Spec
 	r := &ServiceRecord{
-		Namespace:             internString(svc.Namespace),
-		Name:                  svc.Name,
-		ResourceVersion:       svc.ResourceVersion,
-		UID:                   svc.UID,
+		RecordMeta:            RecordMeta{Namespace: internString(svc.Namespace), Name: svc.Name, ResourceVersion: svc.ResourceVersion, UID: svc.UID},
 		serviceType:           v1.ServiceType(internString(string(spec.Type))),
 		clusterIPs:            spec.ClusterIPs,
 		sessionAffinity:       v1.ServiceAffinity(internString(string(spec.SessionAffinity))),
@@ -151,23 +143,10 @@ func (r *ServiceRecord) Service() *v1.Service {
 	return svc
 }
 
-// GetName, GetNamespace: klog.KObj.
-func (r *ServiceRecord) GetName() string      { return r.Name }
-func (r *ServiceRecord) GetNamespace() string { return r.Namespace }
-
-// GetObjectKind: a record has no kind of its own on the wire.
-func (r *ServiceRecord) GetObjectKind() schema.ObjectKind { return schema.EmptyObjectKind }
-
 // DeepCopyObject copies the header; the rest is immutable and shared.
 func (r *ServiceRecord) DeepCopyObject() runtime.Object {
 	c := *r
 	return &c
-}
-
-// GetObjectMeta gives an informer's store the key and resourceVersion it reads
-// (meta.Accessor).
-func (r *ServiceRecord) GetObjectMeta() metav1.Object {
-	return &metav1.ObjectMeta{Namespace: r.Namespace, Name: r.Name, ResourceVersion: r.ResourceVersion, UID: r.UID}
 }
 
 // internedStrings shares the strings records repeat (namespaces, port names, types,

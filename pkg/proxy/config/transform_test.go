@@ -195,7 +195,7 @@ func TestReduceEndpointSlices(t *testing.T) {
 	if !ok {
 		t.Fatalf("transform returned %T, want a record", out)
 	}
-	want := &proxy.EndpointSliceRecord{Namespace: "ns", Name: "web", ResourceVersion: "42", Service: "web", AddressType: discovery.AddressTypeIPv4,
+	want := &proxy.EndpointSliceRecord{RecordMeta: proxy.RecordMeta{Namespace: "ns", Name: "web", ResourceVersion: "42", UID: "uid-1"}, Service: "web", AddressType: discovery.AddressTypeIPv4,
 		TriggerTime: time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)}
 	if diff := cmp.Diff(want, rec, cmpopts.IgnoreUnexported(proxy.EndpointSliceRecord{})); diff != "" {
 		t.Errorf("record (-want +got):\n%s", diff)

@@ -1,0 +1,30 @@
+package proxy
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// RecordMeta is what an informer's store and the logs read of a record
+// (ServiceRecord, EndpointSliceRecord): its key, its version and, for Events, its UID.
+// A record is a runtime.Object only so that an informer can store it.
+type RecordMeta struct {
+	Namespace       string
+	Name            string
+	ResourceVersion string
+	UID             types.UID
+}
+
+// GetName, GetNamespace: klog.KObj.
+func (m *RecordMeta) GetName() string      { return m.Name }
+func (m *RecordMeta) GetNamespace() string { return m.Namespace }
+
+// GetObjectKind: a record has no kind of its own on the wire.
+func (m *RecordMeta) GetObjectKind() schema.ObjectKind { return schema.EmptyObjectKind }
+
+// GetObjectMeta gives an informer's store the key and resourceVersion it reads
+// (meta.Accessor).
+func (m *RecordMeta) GetObjectMeta() metav1.Object {
+	return &metav1.ObjectMeta{Namespace: m.Namespace, Name: m.Name, ResourceVersion: m.ResourceVersion, UID: m.UID}
+}
