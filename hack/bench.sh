@@ -68,7 +68,7 @@ fi
 vmrun() { # log services mem endpoints proxies [rules-backend]
   mkdir -p "$out/logs-$2${6:+-$6}"
   echo ">>> VM comparison at $2 Services x $4 endpoints ($5${6:+, ours with the $6 rules backend}) -> $out/$1" >&2
-  KPI_SCALE_LOG_DIR=$out/logs-$2${6:+-$6} KPI_SCALE_RULES_BACKEND=${6:-} KPI_VM_MEM=$3 KPI_SCALE_SERVICES=$2 KPI_SCALE_ENDPOINTS=$4 KPI_SCALE_PROXIES=$5 KPI_SCALE_CHANGES=20 KPI_SCALE_SYNC_PERIOD=30s \
+  KPI_SCALE_LOG_DIR=$PWD/$out/logs-$2${6:+-$6} KPI_SCALE_RULES_BACKEND=${6:-} KPI_VM_MEM=$3 KPI_SCALE_SERVICES=$2 KPI_SCALE_ENDPOINTS=$4 KPI_SCALE_PROXIES=$5 KPI_SCALE_CHANGES=20 KPI_SCALE_SYNC_PERIOD=30s \
     CGO_ENABLED=0 $GO test -tags e2e,e2escale -count=1 -v -timeout 180m -run '^TestScaleVM$' ./test/e2e/ 2>&1 | tee "$out/$1"
 }
 vmcmd="KPI_VM_MEM=2048 KPI_SCALE_SERVICES=N KPI_SCALE_PROXIES=ours,upstream KPI_SCALE_CHANGES=20 KPI_SCALE_SYNC_PERIOD=30s go test -tags e2e,e2escale -count=1 -v -timeout 180m -run '^TestScaleVM\$' ./test/e2e/"

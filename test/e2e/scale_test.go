@@ -20,7 +20,8 @@
 // framework.KubeProxyConfig (10s), KPI_SCALE_PROGRAM_TIMEOUT (default 15m) the
 // start-up bound (ours fails past it; upstream, which at 10,000 Services under TCG
 // is still in its first sync after 30 minutes, is reported as far as it got, its
-// missing figures as "not after" the bound), KPI_SCALE_LOG_DIR keeps each daemon's log there,
+// missing figures as "not after" the bound), KPI_SCALE_LOG_DIR keeps each daemon's
+// log there (a relative path is taken from test/e2e, where go test runs),
 // KPI_SCALE_ENDPOINTS (default 4) the endpoints per Service, and
 // KPI_SCALE_RULES_BACKEND=nftables runs ours with --ipvs-rules-backend=nftables
 // (the start-up then waits for its table's sets, and no iptables rule). KPI_VM_MEM
@@ -117,7 +118,12 @@ func scaleMedian(ds []time.Duration) time.Duration {
 }
 
 // scalePercentile is the nearest-rank percentile p (0-100) of ds.
+// scalePercentile and scaleMax are 0 for no durations (upstream that never got to its
+// changes).
 func scalePercentile(ds []time.Duration, p float64) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
 	s := append([]time.Duration(nil), ds...)
 	sort.Slice(s, func(a, b int) bool { return s[a] < s[b] })
 	k := int(math.Ceil(p/100*float64(len(s)))) - 1
@@ -125,7 +131,7 @@ func scalePercentile(ds []time.Duration, p float64) time.Duration {
 }
 
 func scaleMax(ds []time.Duration) time.Duration {
-	m := ds[0]
+	var m time.Duration
 	for _, d := range ds {
 		m = max(m, d)
 	}
@@ -811,6 +817,11 @@ func scaleCompare(up, ours *scaleFigures, nsvc int, oursNFT bool) {
 	row("one-endpoint change max", scaleMax(up.lat), scaleMax(ours.lat))
 	mem := func(figure string, u, o float64) {
 		fmt.Printf("SCALE-CMP: | %s | %.0f MiB | %.0f MiB | %.1fx |\n", figure, u, o, u/o)
+	}
+	if up.unfinished > 0 {
+		mem("RSS at the end (upstream: when its time was up)", up.rss, ours.rss)
+		mem("peak RSS", up.hwm, ours.hwm)
+		return
 	}
 	mem("RSS at the end", up.rss, ours.rss)
 	mem("peak RSS", up.hwm, ours.hwm)
