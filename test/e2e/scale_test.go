@@ -657,6 +657,9 @@ wait:
 		if len(had) == 0 {
 			had = []string{"nothing complete"}
 		}
+		if len(progress) > 8 { // upstream programs a few Services a second
+			progress = append(append(progress[:3:3], "..."), progress[len(progress)-3:]...)
+		}
 		say("NOT everything programmed %s after the start (%v); it had: %s; progress: %s; no changes or resyncs measured (still in its first sync); memory then: RSS %.0f MiB, peak %.0f MiB",
 			programTimeout, res.err, strings.Join(had, ", "), strings.Join(progress, "; "), f.rss, f.hwm)
 		return f
