@@ -174,7 +174,7 @@ func plot(path, title string, all []series) error {
 	line(img, left, height-bottom, width-right, height-bottom, black)
 	text(img, left, top-20, title, black)
 	text(img, left+int(pw)/2-60, height-18, "Services (log)", black)
-	text(img, 8, top-30, "ms per sync", black)
+	text(img, 8, top-30, "ms", black)
 
 	for i, s := range all {
 		for j, p := range s.points {

@@ -17,6 +17,7 @@ var (
 	vmObjectsRE    = regexp.MustCompile(`^SCALE-VM: objects: (\d+) ClusterIP Services .* x (\d+) endpoints`)
 	vmStartRE      = regexp.MustCompile(`^SCALE-VM: \[(\w+)\] start to all programmed: ([\d.]+) s`)
 	vmUnfinishedRE = regexp.MustCompile(`^SCALE-VM: \[(\w+)\] NOT everything programmed (\S+) after the start`)
+	vmMemoryThenRE = regexp.MustCompile(`memory then: RSS (\d+) MiB`)
 	vmChangeRE     = regexp.MustCompile(`^SCALE-VM: \[(\w+)\] one-endpoint change, .*: p50 (\d+) ms, p99 (\d+) ms, max (\d+) ms`)
 	vmResyncRE     = regexp.MustCompile(`^SCALE-VM: \[(\w+)\] full resyncs after the start-up [^:]*: (\d+), mean (\d+) ms`)
 	vmMemoryRE     = regexp.MustCompile(`^SCALE-VM: \[(\w+)\] memory at the end: RSS (\d+) MiB`)
@@ -32,7 +33,7 @@ type vmRun struct {
 	p50, p99, max       float64
 	resync              float64
 	resyncs             int
-	rss                 float64
+	rss                 float64 // MiB; an unfinished run's when it was stopped
 }
 
 // parseVM reads the runs of one scale-run log.
@@ -70,6 +71,9 @@ func parseVM(path string) ([]*vmRun, error) {
 			}
 			r := run(m[1])
 			r.start, r.unfinished = float64(d.Milliseconds()), true
+			if mem := vmMemoryThenRE.FindStringSubmatch(line); mem != nil {
+				r.rss = num(mem[1])
+			}
 		} else if m := vmChangeRE.FindStringSubmatch(line); m != nil {
 			r := run(m[1])
 			r.p50, r.p99, r.max = num(m[2]), num(m[3]), num(m[4])

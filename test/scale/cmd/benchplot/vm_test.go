@@ -36,7 +36,7 @@ func TestVMTableAndPlot(t *testing.T) {
 		ours.resync != 754 || ours.resyncs != 1 || ours.rss != 210 || ours.unfinished {
 		t.Errorf("ours = %+v", *ours)
 	}
-	if up.proxy != "upstream" || !up.unfinished || up.start != 1800000 || up.p50 != 0 {
+	if up.proxy != "upstream" || !up.unfinished || up.start != 1800000 || up.p50 != 0 || up.rss != 150 {
 		t.Errorf("upstream = %+v", *up)
 	}
 	table, out := filepath.Join(dir, "vm.md"), filepath.Join(dir, "vm.png")
@@ -45,7 +45,7 @@ func TestVMTableAndPlot(t *testing.T) {
 	}
 	b, _ := os.ReadFile(table)
 	for _, want := range []string{
-		"| 10000 x 4 | upstream | not after 1800.0 s | not measured (still in its first sync) | - |",
+		"| 10000 x 4 | upstream | not after 1800.0 s | not measured (still in its first sync) | - | 150 MiB |",
 		"| 10000 x 4 | ours | 46.7 s | 43 ms / 108 ms / 108 ms | 754 ms (1) | 210 MiB |",
 	} {
 		if !strings.Contains(string(b), want) {
