@@ -75,6 +75,8 @@ vmcmd="KPI_VM_MEM=2048 KPI_SCALE_SERVICES=N KPI_SCALE_PROXIES=ours,upstream KPI_
 echo ">>> VM scale runs: test/e2e/lib/prepare.sh && $vmcmd -> $out/vm.txt" >&2
 accel=$(test/e2e/lib/prepare.sh)
 test/e2e/lib/build-tools.sh >/dev/null # upstream kube-proxy
+# The harness runs bin/kube-proxy as it finds it: build it from this tree.
+CGO_ENABLED=0 $GO build -o bin/kube-proxy ./cmd/kube-proxy
 rm -f "$out/vm.txt" "$out"/vm-*.log
 logs=()
 sweep=()
