@@ -39,7 +39,7 @@ func NewEndpointsChangeTracker(ipFamily v1.IPFamily, nodeName string) *Endpoints
 	return &EndpointsChangeTracker{
 		ipFamily:               ipFamily,
 		addressType:            addressTypeOf(ipFamily),
-		cache:                  newEndpointSliceCache(ipFamily, nodeName),
+		cache:                  newEndpointSliceCache(nodeName),
 		lastChangeTriggerTimes: make(map[types.NamespacedName][]time.Time),
 		startTime:              time.Now(),
 	}

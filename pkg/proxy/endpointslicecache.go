@@ -18,10 +18,10 @@ import (
 // ones received since. Slices are kept by name because an endpoint can move from one
 // slice to another: merging all of a Service's slices is what gives its endpoints.
 //
-// Slices are reduced to what the proxier uses and validated on the way in, so that an
-// update touching only irrelevant fields compares equal and causes no sync.
+// Slices arrive reduced and validated (EndpointSliceRecord), so that an update
+// touching only irrelevant fields compares equal and causes no sync.
 type endpointSliceCache struct {
-	family   v1.IPFamily
+	// nodeName is the node the records' locality must have been decided for.
 	nodeName string
 	// byService is guarded by the EndpointsChangeTracker's lock.
 	byService map[types.NamespacedName]*sliceTracker
@@ -91,8 +91,8 @@ type slicePort struct {
 	protocol v1.Protocol
 }
 
-func newEndpointSliceCache(family v1.IPFamily, nodeName string) *endpointSliceCache {
-	return &endpointSliceCache{family: family, nodeName: nodeName, byService: make(map[types.NamespacedName]*sliceTracker), pending: sets.New[types.NamespacedName]()}
+func newEndpointSliceCache(nodeName string) *endpointSliceCache {
+	return &endpointSliceCache{nodeName: nodeName, byService: make(map[types.NamespacedName]*sliceTracker), pending: sets.New[types.NamespacedName]()}
 }
 
 // updatePending records slice as pending and reports whether that changed the

@@ -46,7 +46,8 @@ func NewEndpointSliceRecord(slice *discovery.EndpointSlice, nodeName string) *En
 		return nil
 	}
 	r := &EndpointSliceRecord{
-		RecordMeta:  RecordMeta{Namespace: slice.Namespace, Name: slice.Name, ResourceVersion: slice.ResourceVersion, UID: slice.UID},
+		// No UID: no Event names a slice.
+		RecordMeta:  RecordMeta{Namespace: internString(slice.Namespace), Name: slice.Name, ResourceVersion: slice.ResourceVersion},
 		Service:     slice.Labels[discovery.LabelServiceName],
 		AddressType: slice.AddressType,
 		TriggerTime: lastChangeTriggerTime(slice),

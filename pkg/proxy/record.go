@@ -7,7 +7,8 @@ import (
 )
 
 // RecordMeta is what an informer's store and the logs read of a record
-// (ServiceRecord, EndpointSliceRecord): its key, its version and, for Events, its UID.
+// (ServiceRecord, EndpointSliceRecord): its key, its version and, for the Events about
+// a Service, its UID.
 // A record is a runtime.Object only so that an informer can store it.
 type RecordMeta struct {
 	Namespace       string

@@ -85,11 +85,18 @@ type objectConfig[T any, H any] struct {
 	update   func(H, T, T)
 	remove   func(H, T)
 	isSynced func(H)
-	// convert, when set, takes the place of objectAs.
-	convert func(obj any) (T, bool)
+	// reduce, when set, is the informer's transform (an object to the record T): the
+	// informer caches records, and an object that arrives unreduced (an informer
+	// started before the transform was set) is reduced on delivery.
+	reduce cache.TransformFunc
 }
 
 func (c *objectConfig[T, H]) register(informer cache.SharedIndexInformer, resyncPeriod time.Duration) {
+	if c.reduce != nil {
+		if err := informer.SetTransform(c.reduce); err != nil {
+			c.logger.Error(err, "The informer caches whole objects; they are reduced on delivery")
+		}
+	}
 	reg, err := informer.AddEventHandlerWithResyncPeriod(cache.ResourceEventHandlerFuncs{
 		AddFunc:    c.handleAdd,
 		UpdateFunc: c.handleUpdate,
@@ -114,10 +121,16 @@ func (c *objectConfig[T, H]) Run(stopCh <-chan struct{}) {
 	})
 }
 
-// object returns obj as a T (see objectAs and convert).
+// object returns obj, reduced if it is not yet, as a T (see objectAs).
 func (c *objectConfig[T, H]) object(obj any) (T, bool) {
-	if c.convert != nil {
-		return c.convert(obj)
+	if c.reduce != nil {
+		// The transforms pass through what they do not reduce and never fail.
+		if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+			t.Obj, _ = c.reduce(t.Obj)
+			obj = t
+		} else {
+			obj, _ = c.reduce(obj)
+		}
 	}
 	return objectAs[T](c.logger, obj, c.kind)
 }
@@ -161,27 +174,17 @@ type ServiceConfig struct {
 // called before the informer starts; a started informer's objects are reduced on
 // delivery instead, and its cache keeps them whole.
 func NewServiceConfig(ctx context.Context, informer coreinformers.ServiceInformer, resyncPeriod time.Duration) *ServiceConfig {
-	logger := klog.LoggerWithValues(klog.FromContext(ctx), "kind", "Service")
 	c := &ServiceConfig{objectConfig[*proxy.ServiceRecord, ServiceHandler]{
-		logger:   logger,
+		logger:   klog.LoggerWithValues(klog.FromContext(ctx), "kind", "Service"),
 		kind:     "Service",
 		name:     "service config",
 		add:      ServiceHandler.OnServiceAdd,
 		update:   ServiceHandler.OnServiceUpdate,
 		remove:   ServiceHandler.OnServiceDelete,
 		isSynced: ServiceHandler.OnServiceSynced,
+		reduce:   ReduceServices,
 	}}
-	c.convert = func(obj any) (*proxy.ServiceRecord, bool) {
-		if svc, ok := unwrapTombstone(obj).(*v1.Service); ok && svc != nil {
-			return proxy.NewServiceRecord(svc), true
-		}
-		return objectAs[*proxy.ServiceRecord](logger, obj, c.kind)
-	}
-	inf := informer.Informer()
-	if err := inf.SetTransform(ReduceServices); err != nil {
-		logger.Error(err, "Service informer caches whole objects")
-	}
-	c.register(inf, resyncPeriod)
+	c.register(informer.Informer(), resyncPeriod)
 	return c
 }
 
@@ -208,27 +211,17 @@ type EndpointSliceConfig struct {
 // informer starts; a started informer's objects are reduced on delivery instead,
 // and its cache keeps them whole.
 func NewEndpointSliceConfig(ctx context.Context, informer discoveryinformers.EndpointSliceInformer, resyncPeriod time.Duration, nodeName string) *EndpointSliceConfig {
-	logger := klog.LoggerWithValues(klog.FromContext(ctx), "kind", "EndpointSlice")
 	c := &EndpointSliceConfig{objectConfig[*proxy.EndpointSliceRecord, EndpointSliceHandler]{
-		logger:   logger,
+		logger:   klog.LoggerWithValues(klog.FromContext(ctx), "kind", "EndpointSlice"),
 		kind:     "EndpointSlice",
 		name:     "endpoint slice config",
 		add:      EndpointSliceHandler.OnEndpointSliceAdd,
 		update:   EndpointSliceHandler.OnEndpointSliceUpdate,
 		remove:   EndpointSliceHandler.OnEndpointSliceDelete,
 		isSynced: EndpointSliceHandler.OnEndpointSlicesSynced,
+		reduce:   ReduceEndpointSlices(nodeName),
 	}}
-	c.convert = func(obj any) (*proxy.EndpointSliceRecord, bool) {
-		if slice, ok := unwrapTombstone(obj).(*discovery.EndpointSlice); ok && slice != nil {
-			return proxy.NewEndpointSliceRecord(slice, nodeName), true
-		}
-		return objectAs[*proxy.EndpointSliceRecord](logger, obj, c.kind)
-	}
-	inf := informer.Informer()
-	if err := inf.SetTransform(ReduceEndpointSlices(nodeName)); err != nil {
-		logger.Error(err, "EndpointSlice informer caches whole objects")
-	}
-	c.register(inf, resyncPeriod)
+	c.register(informer.Informer(), resyncPeriod)
 	return c
 }
 
@@ -243,14 +236,6 @@ func ReduceEndpointSlices(nodeName string) cache.TransformFunc {
 		}
 		return obj, nil
 	}
-}
-
-// unwrapTombstone returns a tombstone's object, or obj.
-func unwrapTombstone(obj any) any {
-	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-		return t.Obj
-	}
-	return obj
 }
 
 // NodeConfig delivers events of this node's Node object to NodeHandlers. The informer

@@ -154,15 +154,7 @@ func TestReduceServices(t *testing.T) {
 	if diff := cmp.Diff(want, rec.Service()); diff != "" {
 		t.Errorf("Service (-want +got):\n%s", diff)
 	}
-	key, err := cache.MetaNamespaceKeyFunc(rec)
-	if err != nil || key != "ns/web" {
-		t.Errorf("store key %q, %v; want ns/web", key, err)
-	}
-	for _, obj := range []any{rec, cache.DeletedFinalStateUnknown{Key: "ns/web", Obj: rec}, fullSlice()} {
-		if got, err := ReduceServices(obj); err != nil || !reflect.DeepEqual(got, obj) {
-			t.Errorf("transform(%T) = %T, %v; want it passed through", obj, got, err)
-		}
-	}
+	checkRecordInStore(t, ReduceServices, rec, fullSlice())
 
 	// Only the clusterIP an old API server wrote: it is the record's clusterIPs.
 	old := fullService()
@@ -195,16 +187,24 @@ func TestReduceEndpointSlices(t *testing.T) {
 	if !ok {
 		t.Fatalf("transform returned %T, want a record", out)
 	}
-	want := &proxy.EndpointSliceRecord{RecordMeta: proxy.RecordMeta{Namespace: "ns", Name: "web", ResourceVersion: "42", UID: "uid-1"}, Service: "web", AddressType: discovery.AddressTypeIPv4,
+	want := &proxy.EndpointSliceRecord{RecordMeta: proxy.RecordMeta{Namespace: "ns", Name: "web", ResourceVersion: "42"}, Service: "web", AddressType: discovery.AddressTypeIPv4,
 		TriggerTime: time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)}
 	if diff := cmp.Diff(want, rec, cmpopts.IgnoreUnexported(proxy.EndpointSliceRecord{})); diff != "" {
 		t.Errorf("record (-want +got):\n%s", diff)
 	}
+	checkRecordInStore(t, reduce, rec, fullService())
+}
+
+// checkRecordInStore: an informer's store keys rec as ns/web, and the transform passes
+// through rec (an informer's resync hands cached objects back through it), a
+// tombstone of it, and other, an object of another kind.
+func checkRecordInStore(t *testing.T, reduce cache.TransformFunc, rec, other any) {
+	t.Helper()
 	key, err := cache.MetaNamespaceKeyFunc(rec)
 	if err != nil || key != "ns/web" {
 		t.Errorf("store key %q, %v; want ns/web", key, err)
 	}
-	for _, obj := range []any{rec, cache.DeletedFinalStateUnknown{Key: "ns/web", Obj: rec}, fullService()} {
+	for _, obj := range []any{rec, cache.DeletedFinalStateUnknown{Key: "ns/web", Obj: rec}, other} {
 		if got, err := reduce(obj); err != nil || !reflect.DeepEqual(got, obj) {
 			t.Errorf("transform(%T) = %T, %v; want it passed through", obj, got, err)
 		}
