@@ -64,8 +64,14 @@ const benchEndpointsPerService = 10
 // generator's, and WithEndpoint changes them) and what the daemon's informers cache
 // of it.
 func benchCluster(n int) (*cluster.Cluster, *informerCache) {
-	c := cluster.New(cluster.Spec{Services: n, EndpointsPerService: benchEndpointsPerService})
+	c := cluster.New(benchSpec(n))
 	return c, cacheOf(c)
+}
+
+// benchSpec is the generated cluster of n Services; BENCH_ALL_LOCAL=1 puts every
+// endpoint on this node, as the VM's scale test does.
+func benchSpec(n int) cluster.Spec {
+	return cluster.Spec{Services: n, EndpointsPerService: benchEndpointsPerService, AllLocal: os.Getenv("BENCH_ALL_LOCAL") == "1"}
 }
 
 // informerCache is what the daemon's informers hold: each object decoded from
@@ -253,6 +259,9 @@ func checkProgrammed(b *testing.B, k *benchKernel, c *cluster.Cluster) {
 	per := c.Spec.EndpointsPerService
 	wantVS := n + 2*nodePorts
 	wantRS := n*per + 2*(nodePorts-local)*per + 2*local
+	if c.Spec.AllLocal {
+		wantRS = n*per + 2*nodePorts*per
+	}
 	vss, err := k.ipvs.GetVirtualServers(context.Background())
 	if err != nil {
 		b.Fatal(err)
@@ -487,7 +496,7 @@ func BenchmarkSteadyStateHeap(b *testing.B) {
 	for _, n := range benchSizes(b) {
 		b.Run(sizeName(n), func(b *testing.B) {
 			// The generated objects are the API server's side, not the daemon's.
-			c := cluster.New(cluster.Spec{Services: n, EndpointsPerService: benchEndpointsPerService})
+			c := cluster.New(benchSpec(n))
 			base := heapInUse()
 			ic := cacheOf(c)
 			withObjects := heapInUse()

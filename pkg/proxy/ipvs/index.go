@@ -20,8 +20,11 @@ type desiredIndex struct {
 	vs map[vsKey]*desiredVS
 	// setRefs counts the claims on each set entry, except KUBE-IPVS-IPS's: that set
 	// holds exactly the bound addresses, so bindRefs counts its entries too.
-	setRefs   map[setEntry]int
-	setCounts map[string]int // distinct entries per set (base name)
+	setRefs map[setEntry]int
+	// setDigests are the distinct entries per set (base name): their count and sum
+	// (digest.go); addrDigest is bindRefs' (kube-ipvs0's addresses).
+	setDigests map[string]setDigest
+	addrDigest setDigest
 	// srcRanges are the entries of the LoadBalancer source-range sets by port
 	// (the nftables backend rewrites a port's elements together; reading them here
 	// keeps a partial sync from walking every entry of every set).
@@ -54,7 +57,7 @@ func newDesiredIndex() *desiredIndex {
 		services:      map[types.NamespacedName]*serviceState{},
 		vs:            map[vsKey]*desiredVS{},
 		setRefs:       map[setEntry]int{},
-		setCounts:     map[string]int{},
+		setDigests:    map[string]setDigest{},
 		srcRanges:     map[srcPort]sets.Set[setEntry]{},
 		bindRefs:      map[string]int{},
 		outRefs:       map[string]int{},
@@ -83,7 +86,7 @@ func (ix *desiredIndex) set(name types.NamespacedName, st *serviceState, t *touc
 	}
 	for _, e := range st.setEntries {
 		if ix.setRefs[e]++; ix.setRefs[e] == 1 {
-			ix.setCounts[e.set]++
+			ix.addMember(e)
 			ix.noteSourceRange(e, true)
 			t.entries.Insert(e)
 		}
@@ -91,7 +94,8 @@ func (ix *desiredIndex) set(name types.NamespacedName, st *serviceState, t *touc
 	for _, a := range st.bindAddrs {
 		if ix.bindRefs[a]++; ix.bindRefs[a] == 1 {
 			t.addrs.Insert(a)
-			ix.setCounts[setIPVSIPs]++
+			ix.addrDigest.add(a)
+			ix.addMember(setEntry{setIPVSIPs, a})
 			t.entries.Insert(setEntry{setIPVSIPs, a})
 		}
 	}
@@ -125,9 +129,8 @@ func (ix *desiredIndex) remove(name types.NamespacedName, old *serviceState, t *
 		if ix.bindRefs[a]--; ix.bindRefs[a] <= 0 {
 			delete(ix.bindRefs, a)
 			t.addrs.Insert(a)
-			if ix.setCounts[setIPVSIPs]--; ix.setCounts[setIPVSIPs] <= 0 {
-				delete(ix.setCounts, setIPVSIPs)
-			}
+			ix.addrDigest.remove(a)
+			ix.removeMember(setEntry{setIPVSIPs, a})
 			t.entries.Insert(setEntry{setIPVSIPs, a})
 		}
 	}
@@ -171,9 +174,7 @@ func (ix *desiredIndex) noteSourceRange(e setEntry, add bool) {
 func (ix *desiredIndex) unref(e setEntry, t *touched) {
 	if ix.setRefs[e]--; ix.setRefs[e] <= 0 {
 		delete(ix.setRefs, e)
-		if ix.setCounts[e.set]--; ix.setCounts[e.set] <= 0 {
-			delete(ix.setCounts, e.set)
-		}
+		ix.removeMember(e)
 		ix.noteSourceRange(e, false)
 		t.entries.Insert(e)
 	}
@@ -221,7 +222,27 @@ func (ix *desiredIndex) hasEntry(e setEntry) bool {
 	return ix.setRefs[e] > 0
 }
 func (ix *desiredIndex) hasAddr(a string) bool    { return ix.bindRefs[a] > 0 }
-func (ix *desiredIndex) setEmpty(set string) bool { return ix.setCounts[set] == 0 }
+func (ix *desiredIndex) setEmpty(set string) bool { return ix.setDigests[set].n == 0 }
+
+// setSize is how many distinct entries set (base name) wants.
+func (ix *desiredIndex) setSize(set string) int { return ix.setDigests[set].n }
+
+// addMember and removeMember keep setDigests in step as an entry's first claim comes
+// and its last goes.
+func (ix *desiredIndex) addMember(e setEntry) {
+	d := ix.setDigests[e.set]
+	d.add(e.entry)
+	ix.setDigests[e.set] = d
+}
+
+func (ix *desiredIndex) removeMember(e setEntry) {
+	d := ix.setDigests[e.set]
+	if d.remove(e.entry); d.n <= 0 {
+		delete(ix.setDigests, e.set)
+		return
+	}
+	ix.setDigests[e.set] = d
+}
 
 // allTouched returns every key the index holds, for a full reconcile.
 func (ix *desiredIndex) allTouched() *touched {

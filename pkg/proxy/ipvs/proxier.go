@@ -234,7 +234,10 @@ type SyncStats struct {
 	// the longest of them: what a change waits for at most.
 	Slices       int
 	LongestSlice time.Duration
-	Err          error
+	// Compared counts the keys the sync compared one by one (a resync's members of
+	// sets whose digests agree are not among them: digest.go).
+	Compared int
+	Err      error
 	// ops counts the requests sent to the kernel, by kind.
 	ops [numKernelOps]int
 	// phases is where the sync's time went, in order (logged for full syncs).
@@ -566,7 +569,7 @@ func (p *Proxier) syncProxyRules() {
 	if full {
 		// Where a full sync's time goes: at scale these are the syncs that cost.
 		p.logger.V(2).Info("Full sync complete", "elapsed", elapsed, "slices", stats.Slices, "longestSlice", stats.LongestSlice,
-			"services", stats.Services, "ipvsOps", stats.IPVSOps, "ipsetOps", stats.IPSetOps, "failed", stats.Failed, "phases", stats.phaseList())
+			"compared", stats.Compared, "services", stats.Services, "ipvsOps", stats.IPVSOps, "ipsetOps", stats.IPSetOps, "failed", stats.Failed, "phases", stats.phaseList())
 	} else if elapsed >= slowPartialSync {
 		// A change's sync should take milliseconds; say where a slow one's time went.
 		p.logger.V(2).Info("Slow partial sync", "elapsed", elapsed, "services", stats.Services,

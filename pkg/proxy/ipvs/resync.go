@@ -59,7 +59,7 @@ func (j *journal) noteSetRewrite(base string) {
 	}
 }
 
-// correct gives the journal's keys their applied value in snap.
+// correct gives the journal's keys their applied value in snap, and its digests.
 func (j *journal) correct(snap, applied *appliedState) {
 	for k := range j.vs {
 		if a, ok := applied.vs[k]; ok {
@@ -68,19 +68,24 @@ func (j *journal) correct(snap, applied *appliedState) {
 			delete(snap.vs, k)
 		}
 	}
+	d := snap.digests
 	for e := range j.entries {
-		if applied.entries.Has(e) {
+		had, has := snap.entries.Has(e), applied.entries.Has(e)
+		if has {
 			snap.entries.Insert(e)
 		} else {
 			snap.entries.Delete(e)
 		}
+		d.correctEntry(e, had, has)
 	}
 	for a := range j.addrs {
-		if applied.addrs.Has(a) {
+		had, has := snap.addrs.Has(a), applied.addrs.Has(a)
+		if has {
 			snap.addrs.Insert(a)
 		} else {
 			snap.addrs.Delete(a)
 		}
+		d.correctAddr(a, had, has)
 	}
 	for base := range j.rewritten {
 		for e := range snap.entries {
@@ -93,6 +98,7 @@ func (j *journal) correct(snap, applied *appliedState) {
 				snap.entries.Insert(e)
 			}
 		}
+		d.recountSet(snap, base)
 	}
 	if j.rewritten.Len() > 0 {
 		// Headers: the applied ones are what the resizes left.
@@ -125,6 +131,9 @@ func (p *Proxier) startResync() {
 	p.goResync(func() {
 		defer close(r.done)
 		r.state, r.err = p.observe(ctx, ipvsH, nl, &r.stats)
+		if r.err == nil {
+			r.state.digests = digestsOf(r.state)
+		}
 		if r.err == nil && checkRules && p.kernel.IPTables != nil {
 			r.state.rulesChecked = p.checkRulesBeside(ctx, want, gen, &r.stats)
 			if r.state.rulesChecked {

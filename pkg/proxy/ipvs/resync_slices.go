@@ -26,13 +26,17 @@ const defaultResyncSliceKeys = 4096
 
 // resyncSlicer walks the keys of a resync one slice at a time.
 type resyncSlicer struct {
-	t    *touched // where the walk puts the keys of the slice being filled
-	next func() (struct{}, bool)
-	stop func()
+	t *touched // where the walk puts the keys of the slice being filled
+	// compared counts the keys of the slice being filled that the walk compared and
+	// found right (they are not in t).
+	compared int
+	next     func() (struct{}, bool)
+	stop     func()
 }
 
-// newResyncSlicer walks the keys of ix and a, n at a time.
-func newResyncSlicer(ix *desiredIndex, a *appliedState, n int) *resyncSlicer {
+// newResyncSlicer walks the keys of ix and a, n at a time. The members of a set whose
+// digests agree (ag) are not walked (digest.go).
+func newResyncSlicer(ix *desiredIndex, a *appliedState, ag agreement, n int) *resyncSlicer {
 	s := &resyncSlicer{}
 	walk := func(yield func(struct{}) bool) {
 		count := 0
@@ -44,13 +48,23 @@ func newResyncSlicer(ix *desiredIndex, a *appliedState, n int) *resyncSlicer {
 			count = 0
 			return yield(struct{}{})
 		}
-		// A key passed over costs a lookup, not a comparison: a quarter of a tick.
+		// A key found right costs a lookup, not a plan: a quarter of a tick.
 		skipped := 0
 		skip := func() bool {
+			s.compared++
 			if skipped++; skipped < 4 {
 				return true
 			}
 			skipped = 0
+			return tick()
+		}
+		// A member of a set whose digests agree is not compared at all: a sixteenth.
+		passed := 0
+		pass := func() bool {
+			if passed++; passed < 16 {
+				return true
+			}
+			passed = 0
 			return tick()
 		}
 		for k := range ix.vs {
@@ -73,41 +87,77 @@ func newResyncSlicer(ix *desiredIndex, a *appliedState, n int) *resyncSlicer {
 				return
 			}
 		}
-		for e := range ix.setRefs {
-			s.t.entries.Insert(e)
-			if !tick() {
-				return
-			}
-		}
-		for addr := range ix.bindRefs {
-			s.t.addrs.Insert(addr)
-			s.t.entries.Insert(setEntry{setIPVSIPs, addr})
-			if !tick() {
-				return
-			}
-		}
-		for e := range a.entries {
-			if ix.hasEntry(e) {
-				if !skip() {
+		// A set member or address the applied state already holds is right: it is
+		// passed over here instead of being handed to the plan, which would look it up
+		// twice more to find nothing to do.
+		walkSets := !ag.setsAgree()
+		if walkSets {
+			for e := range ix.setRefs {
+				if ag.sets[e.set] {
+					if !pass() {
+						return
+					}
+					continue
+				}
+				if a.entries.Has(e) {
+					if !skip() {
+						return
+					}
+					continue
+				}
+				s.t.entries.Insert(e)
+				if !tick() {
 					return
 				}
-				continue
-			}
-			s.t.entries.Insert(e)
-			if !tick() {
-				return
 			}
 		}
-		for addr := range a.addrs {
-			if ix.hasAddr(addr) {
-				if !skip() {
+		if !ag.addrs || !ag.sets[setIPVSIPs] {
+			for addr := range ix.bindRefs {
+				if a.addrs.Has(addr) && a.entries.Has(setEntry{setIPVSIPs, addr}) {
+					if !skip() {
+						return
+					}
+					continue
+				}
+				s.t.addrs.Insert(addr)
+				s.t.entries.Insert(setEntry{setIPVSIPs, addr})
+				if !tick() {
 					return
 				}
-				continue
 			}
-			s.t.addrs.Insert(addr)
-			if !tick() {
-				return
+		}
+		if walkSets {
+			for e := range a.entries {
+				if ag.sets[e.set] {
+					if !pass() {
+						return
+					}
+					continue
+				}
+				if ix.hasEntry(e) {
+					if !skip() {
+						return
+					}
+					continue
+				}
+				s.t.entries.Insert(e)
+				if !tick() {
+					return
+				}
+			}
+		}
+		if !ag.addrs {
+			for addr := range a.addrs {
+				if ix.hasAddr(addr) {
+					if !skip() {
+						return
+					}
+					continue
+				}
+				s.t.addrs.Insert(addr)
+				if !tick() {
+					return
+				}
 			}
 		}
 	}
@@ -115,15 +165,16 @@ func newResyncSlicer(ix *desiredIndex, a *appliedState, n int) *resyncSlicer {
 	return s
 }
 
-// fill puts the next slice's keys into t and reports whether keys may be left.
-func (s *resyncSlicer) fill(t *touched) bool {
-	s.t = t
-	_, more := s.next()
+// fill puts the next slice's keys into t and reports whether keys may be left, and
+// how many more it compared and found right.
+func (s *resyncSlicer) fill(t *touched) (more bool, compared int) {
+	s.t, s.compared = t, 0
+	_, more = s.next()
 	s.t = nil
 	if !more {
 		s.stop()
 	}
-	return more
+	return more, s.compared
 }
 
 // endSlicing stops a walk in progress (a failure, or a full sync that starts over).
@@ -166,6 +217,7 @@ func (s *SyncStats) addSlice(st SyncStats) {
 		s.notDrift.nft += st.NFTablesOps
 	}
 	s.Services += st.Services
+	s.Compared += st.Compared
 	s.IPVSOps += st.IPVSOps
 	s.IPSetOps += st.IPSetOps
 	s.AddressOps += st.AddressOps

@@ -20,7 +20,7 @@ func (p *Proxier) sizedSpecs() []*ipset.Set {
 		if p.applied != nil {
 			have = p.applied.sets[spec.Name]
 		}
-		specs[i] = ipset.Sized(spec, have, p.index.setCounts[p.reverse[spec.Name]])
+		specs[i] = ipset.Sized(spec, have, p.index.setSize(p.reverse[spec.Name]))
 	}
 	return specs
 }

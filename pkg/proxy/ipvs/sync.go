@@ -27,6 +27,9 @@ type appliedState struct {
 	// rulesChecked: a resync read that also checked our iptables chains and jumps
 	// beside the loop, which hold iptables (rules_beside.go).
 	rulesChecked bool
+	// digests: a resync read's, taken beside the loop (digest.go); nil otherwise, and
+	// dropped once the read's first sync has used them.
+	digests *kernelDigests
 }
 
 type appliedVS struct {
@@ -137,6 +140,8 @@ func (p *Proxier) sync(ctx context.Context, full bool, snap *appliedState, start
 		// drift: someone else changed the kernel (or we missed an event).
 		stats.DriftCheck = p.applied != nil && !p.needFull
 		p.applied = observed
+		digests := observed.digests
+		observed.digests = nil
 		p.endSlicing()
 		// A periodic resync compares its keys in slices (resync_slices.go); at start
 		// and after a failure everything is compared at once.
@@ -158,21 +163,33 @@ func (p *Proxier) sync(ctx context.Context, full bool, snap *appliedState, start
 			sliced = false
 		}
 		if sliced {
-			if s := newResyncSlicer(p.index, p.applied, p.resyncSliceKeys); s.fill(t) {
+			ag := agreement{}
+			if digests != nil {
+				ag = p.index.agreement(digests, p.applied, t)
+			}
+			s := newResyncSlicer(p.index, p.applied, ag, p.resyncSliceKeys)
+			more, n := s.fill(t)
+			if more {
 				p.slicer = s
 			}
+			stats.Compared += n
 			stats.phase(p.clock.Now(), "slice")
 		}
 	}
 	if !full {
-		if p.slicer != nil && !p.slicer.fill(t) {
-			p.slicer = nil
+		if p.slicer != nil {
+			more, n := p.slicer.fill(t)
+			if !more {
+				p.slicer = nil
+			}
+			stats.Compared += n
 		}
 		if err := p.rules.grow(ctx, &stats); err != nil {
 			return stats, err
 		}
 	}
 	p.dueRetries(now, t)
+	stats.Compared += t.vs.Len() + t.entries.Len() + t.addrs.Len()
 	// A resync read in flight may have seen these keys before or after this sync
 	// writes them: it takes p.applied's word for them (resync.go).
 	p.journal.note(t)

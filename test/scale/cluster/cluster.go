@@ -52,6 +52,9 @@ var (
 type Spec struct {
 	Services            int
 	EndpointsPerService int
+	// AllLocal puts every endpoint on LocalNode (as the VM's scale test does): each
+	// is then also a KUBE-LOOP-BACK member.
+	AllLocal bool
 }
 
 // Cluster is a generated set of Services and their EndpointSlices (Slices[i] belongs
@@ -74,7 +77,7 @@ func New(spec Spec) *Cluster {
 		eps := make([]discovery.Endpoint, spec.EndpointsPerService)
 		for j := range eps {
 			node := RemoteNode
-			if j == 0 && i%NodePortEvery == 0 {
+			if spec.AllLocal || j == 0 && i%NodePortEvery == 0 {
 				node = LocalNode
 			}
 			eps[j] = Endpoint(addrAt(endpointBase, uint32(i*spec.EndpointsPerService+j)).String(), node)
