@@ -253,7 +253,7 @@ func cleanupVirtualServers(ctx context.Context, k CleanupKernel, all map[string]
 	}
 	bound := sets.New[string]()
 	if k.Netlink != nil {
-		if addrs, err := k.Netlink.ListBindAddress(ctx, netlink.DefaultDummyDevice); err == nil {
+		if addrs, err := k.Netlink.ListBindAddress(ctx, netlink.DefaultDummyDevice, netlink.AnyFamily); err == nil {
 			for _, a := range addrs {
 				bound.Insert(a.String())
 			}

@@ -219,7 +219,7 @@ func (e *testEnv) tracer() *tracer {
 	for _, ip := range ips {
 		local = append(local, ip.String())
 	}
-	bound, _ := e.nl.ListBindAddress(context.Background(), netlink.DefaultDummyDevice)
+	bound, _ := e.nl.ListBindAddress(context.Background(), netlink.DefaultDummyDevice, netlink.AnyFamily)
 	for _, ip := range bound {
 		local = append(local, ip.String())
 	}

@@ -78,6 +78,22 @@ func (p *Proxier) ourFamily(ip net.IP) bool {
 	return (ip.To4() != nil) == (p.opts.IPFamily == v1.IPv4Protocol)
 }
 
+// netlinkFamily is this proxier's family for netlink.ListBindAddress.
+func (p *Proxier) netlinkFamily() netlink.Family {
+	if p.opts.IPFamily == v1.IPv6Protocol {
+		return netlink.FamilyIPv6
+	}
+	return netlink.FamilyIPv4
+}
+
+// ipvsFamily is this proxier's family for ipvs.GetAll.
+func (p *Proxier) ipvsFamily() ipvs.Family {
+	if p.opts.IPFamily == v1.IPv6Protocol {
+		return ipvs.FamilyIPv6
+	}
+	return ipvs.FamilyIPv4
+}
+
 func (p *Proxier) excluded(ip net.IP) bool {
 	for _, c := range p.opts.ExcludeCIDRs {
 		if c.Contains(ip) {
@@ -103,7 +119,7 @@ func (p *Proxier) observe(ctx context.Context, ipvsH ipvs.Interface, nl netlink.
 	stats.count(opDumpIPVS)
 	// Only this family's, so the IPv6 proxier of an IPv4-only node reads no real
 	// server at all.
-	all, err := ipvsH.GetAll(ctx, func(vs *ipvs.VirtualServer) bool {
+	all, err := ipvsH.GetAll(ctx, p.ipvsFamily(), func(vs *ipvs.VirtualServer) bool {
 		return p.ourFamily(vs.Address) && !p.excluded(vs.Address)
 	})
 	if err != nil {
@@ -128,7 +144,7 @@ func (p *Proxier) observe(ctx context.Context, ipvsH ipvs.Interface, nl netlink.
 		return nil, fmt.Errorf("ensuring dummy device %s: %w", netlink.DefaultDummyDevice, err)
 	}
 	stats.count(opDumpAddresses)
-	addrs, err := nl.ListBindAddress(ctx, netlink.DefaultDummyDevice)
+	addrs, err := nl.ListBindAddress(ctx, netlink.DefaultDummyDevice, p.netlinkFamily())
 	if err != nil {
 		return nil, fmt.Errorf("listing addresses of %s: %w", netlink.DefaultDummyDevice, err)
 	}

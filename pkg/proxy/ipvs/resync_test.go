@@ -21,8 +21,8 @@ type gatedReader struct {
 	release chan struct{}
 }
 
-func (g *gatedReader) GetAll(ctx context.Context, keep func(*ipvs.VirtualServer) bool) ([]ipvs.VirtualServerDump, error) {
-	out, err := g.Interface.GetAll(ctx, keep)
+func (g *gatedReader) GetAll(ctx context.Context, af ipvs.Family, keep func(*ipvs.VirtualServer) bool) ([]ipvs.VirtualServerDump, error) {
+	out, err := g.Interface.GetAll(ctx, af, keep)
 	close(g.read)
 	<-g.release
 	return out, err

@@ -98,10 +98,10 @@ func procKeyOf(proto uint16, ip net.IP, port uint16) procKey {
 // virtual server return, read in bulk (see above). Firewall-mark services are
 // left out, as in GetVirtualServers. When keep accepts none (the IPv6 proxier
 // on an IPv4-only node), the proc table is not read.
-func (c *Client) GetAll(ctx context.Context, keep func(*VirtualServer) bool) ([]VirtualServerDump, error) {
+func (c *Client) GetAll(ctx context.Context, af Family, keep func(*VirtualServer) bool) ([]VirtualServerDump, error) {
 	var out []VirtualServerDump
 	err := c.do(ctx, func(h *libipvs.Handle) error {
-		svcs, err := h.GetServices()
+		svcs, err := c.dumpServices(uint16(af))
 		if err != nil {
 			return fmt.Errorf("dumping virtual servers: %w", err)
 		}

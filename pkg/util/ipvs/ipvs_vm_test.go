@@ -11,6 +11,7 @@ package ipvs
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"os"
 	"os/exec"
@@ -144,7 +145,7 @@ func TestVMConnectionCounters(t *testing.T) {
 		if len(rss) != 1 || rss[0].ActiveConn != 1 {
 			t.Fatalf("with one open connection: %+v, want ActiveConn 1", rss)
 		}
-		if all, err := c.GetAll(ctx, nil); err != nil || len(all) != 1 || len(all[0].RealServers) != 1 || all[0].RealServers[0].ActiveConn != 1 {
+		if all, err := c.GetAll(ctx, AnyFamily, nil); err != nil || len(all) != 1 || len(all[0].RealServers) != 1 || all[0].RealServers[0].ActiveConn != 1 {
 			t.Errorf("GetAll with one open connection = %v, %v; want one real server with ActiveConn 1", all, err)
 		}
 		conn.Close()
@@ -232,7 +233,7 @@ func TestVMNamespacePath(t *testing.T) {
 			t.Errorf("caller's namespace holds %v (%v), want nothing", list, err)
 		}
 		// The bulk read's proc table is the target namespace's too.
-		all, err := other.GetAll(ctx, nil)
+		all, err := other.GetAll(ctx, AnyFamily, nil)
 		if err != nil || len(all) != 1 || len(all[0].RealServers) != 1 || other.perServiceReads != 0 {
 			t.Errorf("GetAll in the target namespace = %v, %v (%d per-server dumps); want 1 virtual server with 1 real server from the proc table", all, err, other.perServiceReads)
 		}
@@ -303,7 +304,7 @@ func BenchmarkVMGetAll(b *testing.B) {
 				b.Fatalf("one by one: %d real servers, want %d", nrs, nvs*perVS)
 			}
 			start = time.Now()
-			all, err := c.GetAll(ctx, nil)
+			all, err := c.GetAll(ctx, AnyFamily, nil)
 			bulk += time.Since(start)
 			if err != nil || len(all) != nvs {
 				b.Fatalf("GetAll: %d virtual servers (%v)", len(all), err)
@@ -374,7 +375,7 @@ func BenchmarkVMWrite(b *testing.B) {
 			}
 		}
 		check := func(what string) {
-			all, err := c.GetAll(ctx, nil)
+			all, err := c.GetAll(ctx, AnyFamily, nil)
 			n := 0
 			for _, d := range all {
 				n += len(d.RealServers)
@@ -488,5 +489,93 @@ func BenchmarkVMSync(b *testing.B) {
 			b.ReportMetric(float64(write.Microseconds())/float64(services*3), "us/write")
 			b.ReportMetric(float64(read.Milliseconds()), "ms/fulldump")
 		}
+	})
+}
+
+// TestVMServiceDumpMatchesMoby: the family-filtered service dump (dump.go) parses
+// every virtual server exactly as moby/ipvs's GetServices does (both families, a
+// firewall-mark service, persistence, sh flags, counters after traffic-free
+// creation), and a family filter returns that family's only. It also times both
+// reads of 2,000 IPv4 virtual servers for the IPv6 family, for the log.
+func TestVMServiceDumpMatchesMoby(t *testing.T) {
+	netns.Run(t, func(t *testing.T) {
+		c := newVMClient(t)
+		ctx := context.Background()
+		c.mu.Lock()
+		err := c.handle.NewService(&libipvs.Service{FWMark: 7, SchedName: "rr", AddressFamily: 2, Netmask: 0xffffffff})
+		c.mu.Unlock()
+		if err != nil {
+			t.Fatalf("creating a fwmark service: %v", err)
+		}
+		for _, vs := range []*VirtualServer{
+			{Address: net.ParseIP("10.0.0.1"), Protocol: TCP, Port: 80, Scheduler: "rr"},
+			{Address: net.ParseIP("10.0.0.2"), Protocol: UDP, Port: 53, Scheduler: "sh", Flags: FlagSchedSH1 | FlagSchedSH2},
+			{Address: net.ParseIP("10.0.0.3"), Protocol: SCTP, Port: 9, Scheduler: "rr", Flags: FlagPersistent, Timeout: 10800},
+			{Address: net.ParseIP("fd00::1"), Protocol: TCP, Port: 80, Scheduler: "wrr"},
+			{Address: net.ParseIP("fd00::2"), Protocol: UDP, Port: 53, Scheduler: "rr", Flags: FlagPersistent, Timeout: 60},
+		} {
+			if err := c.AddVirtualServer(ctx, vs); err != nil {
+				t.Fatal(err)
+			}
+		}
+		c.mu.Lock()
+		want, err := c.handle.GetServices()
+		var got, v4, v6 []*libipvs.Service
+		var errs [3]error
+		if err == nil {
+			got, errs[0] = c.dumpServices(0)
+			v4, errs[1] = c.dumpServices(uint16(FamilyIPv4))
+			v6, errs[2] = c.dumpServices(uint16(FamilyIPv6))
+		}
+		c.mu.Unlock()
+		if err != nil || errs != [3]error{} {
+			t.Fatalf("dumps: moby %v, ours %v", err, errs)
+		}
+		text := func(svcs []*libipvs.Service) string {
+			var lines []string
+			for _, s := range svcs {
+				lines = append(lines, fmt.Sprintf("af=%d proto=%d addr=%s port=%d fwmark=%d sched=%s flags=%#x timeout=%d netmask=%#x conns=%d in=%d/%d out=%d/%d",
+					s.AddressFamily, s.Protocol, s.Address, s.Port, s.FWMark, s.SchedName, s.Flags, s.Timeout, s.Netmask,
+					s.Stats.Connections, s.Stats.PacketsIn, s.Stats.BytesIn, s.Stats.PacketsOut, s.Stats.BytesOut))
+			}
+			return strings.Join(sortedStrings(lines), "\n")
+		}
+		if text(got) != text(want) || len(want) != 6 {
+			t.Errorf("our dump:\n%s\nmoby's (want 6 services):\n%s", text(got), text(want))
+		}
+		var w4, w6 []*libipvs.Service
+		for _, s := range want {
+			if s.AddressFamily == uint16(FamilyIPv4) {
+				w4 = append(w4, s)
+			} else {
+				w6 = append(w6, s)
+			}
+		}
+		if text(v4) != text(w4) || text(v6) != text(w6) {
+			t.Errorf("by family: IPv4\n%s\nIPv6\n%s\nwant\n%s\n%s", text(v4), text(v6), text(w4), text(w6))
+		}
+
+		// Scale: the IPv6 read of 2,000 IPv4 virtual servers.
+		var writes []Write
+		for i := range 2000 {
+			writes = append(writes, Write{Kind: WriteAddVirtualServer, VS: &VirtualServer{Address: net.IPv4(10, 2, byte(i/250), byte(1+i%250)), Protocol: TCP, Port: 80, Scheduler: "rr"}})
+		}
+		for i, err := range c.Write(ctx, writes) {
+			if err != nil {
+				t.Fatalf("write %d: %v", i, err)
+			}
+		}
+		c.mu.Lock()
+		start := time.Now()
+		all, err := c.handle.GetServices()
+		mobyTook := time.Since(start)
+		start = time.Now()
+		none, err2 := c.dumpServices(uint16(FamilyIPv6))
+		oursTook := time.Since(start)
+		c.mu.Unlock()
+		if err != nil || err2 != nil || len(all) != 2006 || len(none) != 2 {
+			t.Fatalf("2,006 virtual servers: moby %d (%v), ours for IPv6 %d (%v), want 2", len(all), err, len(none), err2)
+		}
+		t.Logf("IPv6 read of 2,004 IPv4 and 2 IPv6 virtual servers: moby's GetServices %v, the family dump %v", mobyTook, oursTook)
 	})
 }

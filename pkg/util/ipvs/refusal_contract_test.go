@@ -107,7 +107,7 @@ func checkRefusalContract(t *testing.T, h Interface) {
 			}
 		}
 	}
-	all, err := h.GetAll(ctx, nil)
+	all, err := h.GetAll(ctx, AnyFamily, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -220,7 +220,7 @@ func (f *Fake) UnbindAddress(ctx context.Context, ip net.IP, dev string) error {
 	return nil
 }
 
-func (f *Fake) ListBindAddress(ctx context.Context, dev string) ([]net.IP, error) {
+func (f *Fake) ListBindAddress(ctx context.Context, dev string, af Family) ([]net.IP, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if err := f.begin(ctx, OpListBind); err != nil {
@@ -232,7 +232,7 @@ func (f *Fake) ListBindAddress(ctx context.Context, dev string) ([]net.IP, error
 	}
 	var out []net.IP
 	for _, ip := range l.addrs {
-		if ip.To4() != nil || !ip.IsLinkLocalUnicast() {
+		if (ip.To4() != nil || !ip.IsLinkLocalUnicast()) && af.has(ip) {
 			out = append(out, append(net.IP(nil), ip...))
 		}
 	}

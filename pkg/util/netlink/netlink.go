@@ -114,11 +114,11 @@ func linkByName(h *vnl.Handle, dev string) (vnl.Link, error) {
 
 // addrList retries a dump the kernel interrupted because addresses changed under
 // it (NLM_F_DUMP_INTR), which would otherwise give a partial list.
-func addrList(h *vnl.Handle, link vnl.Link) ([]vnl.Addr, error) {
+func addrList(h *vnl.Handle, link vnl.Link, af Family) ([]vnl.Addr, error) {
 	var err error
 	for range 5 {
 		var addrs []vnl.Addr
-		addrs, err = h.AddrList(link, unix.AF_UNSPEC)
+		addrs, err = h.AddrList(link, int(af))
 		if err == nil {
 			return addrs, nil
 		}
@@ -262,10 +262,30 @@ func (c *Client) UnbindAddress(ctx context.Context, ip net.IP, dev string) error
 	return nil
 }
 
-// ListBindAddress lists the addresses on dev, IPv4 first, sorted. IPv6 link-local
+// Family is an address family for ListBindAddress.
+type Family int
+
+const (
+	AnyFamily  Family = unix.AF_UNSPEC
+	FamilyIPv4 Family = unix.AF_INET
+	FamilyIPv6 Family = unix.AF_INET6
+)
+
+// has reports whether ip is of family af.
+func (af Family) has(ip net.IP) bool {
+	switch af {
+	case FamilyIPv4:
+		return ip.To4() != nil
+	case FamilyIPv6:
+		return ip.To4() == nil
+	}
+	return true
+}
+
+// ListBindAddress lists the addresses of family af on dev, IPv4 first, sorted. IPv6 link-local
 // addresses are left out: the kernel adds them itself and they are never service
 // addresses, so a reconciler must not try to remove them.
-func (c *Client) ListBindAddress(ctx context.Context, dev string) ([]net.IP, error) {
+func (c *Client) ListBindAddress(ctx context.Context, dev string, af Family) ([]net.IP, error) {
 	h, unlock, err := c.handle(ctx)
 	if err != nil {
 		return nil, err
@@ -275,13 +295,19 @@ func (c *Client) ListBindAddress(ctx context.Context, dev string) ([]net.IP, err
 	if err != nil {
 		return nil, fmt.Errorf("listing addresses: %w", err)
 	}
-	addrs, err := addrList(h, link)
+	var addrs []vnl.Addr
+	if c.strict != nil {
+		// Only dev's addresses of that family, filtered by the kernel.
+		addrs, err = c.linkAddrs(link.Attrs().Index, af)
+	} else {
+		addrs, err = addrList(h, link, af)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("listing addresses of %s: %w", dev, err)
 	}
 	var out []net.IP
 	for _, a := range addrs {
-		if ip := a.IP; ip.To4() != nil || !ip.IsLinkLocalUnicast() {
+		if ip := a.IP; (ip.To4() != nil || !ip.IsLinkLocalUnicast()) && af.has(ip) {
 			out = append(out, normalizeIP(ip))
 		}
 	}
@@ -310,7 +336,7 @@ func (c *Client) GetLocalAddresses(ctx context.Context, excludeDev string) ([]ne
 	}
 	if c.strict == nil {
 		// One dump of every address, kube-ipvs0's thousands included.
-		addrs, err := addrList(h, nil)
+		addrs, err := addrList(h, nil, AnyFamily)
 		if err != nil {
 			return nil, fmt.Errorf("listing local addresses: %w", err)
 		}
@@ -326,7 +352,7 @@ func (c *Client) GetLocalAddresses(ctx context.Context, excludeDev string) ([]ne
 	var addrs []vnl.Addr
 	for _, l := range links {
 		if idx := l.Attrs().Index; idx != excludeIndex {
-			got, err := c.linkAddrs(idx)
+			got, err := c.linkAddrs(idx, AnyFamily)
 			if err != nil {
 				return nil, fmt.Errorf("listing the addresses of %s: %w", l.Attrs().Name, err)
 			}
@@ -339,11 +365,11 @@ func (c *Client) GetLocalAddresses(ctx context.Context, excludeDev string) ([]ne
 // linkAddrs dumps the addresses of one link on the strict-check socket, where
 // the kernel itself skips the other links' addresses; an interrupted dump is
 // retried.
-func (c *Client) linkAddrs(index int) ([]vnl.Addr, error) {
+func (c *Client) linkAddrs(index int, af Family) ([]vnl.Addr, error) {
 	var err error
 	for range 5 {
 		req := nl.NewNetlinkRequest(unix.RTM_GETADDR, unix.NLM_F_DUMP)
-		msg := nl.NewIfAddrmsg(unix.AF_UNSPEC)
+		msg := nl.NewIfAddrmsg(int(af))
 		msg.Index = uint32(index)
 		req.AddData(msg)
 		req.Sockets = map[int]*nl.SocketHandle{unix.NETLINK_ROUTE: c.strict}

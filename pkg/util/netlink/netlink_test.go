@@ -81,7 +81,7 @@ func TestIntegrationLinkLocalFiltered(t *testing.T) {
 		}
 		defer c.Close()
 		ctx := context.Background()
-		got, err := c.ListBindAddress(ctx, "dev0")
+		got, err := c.ListBindAddress(ctx, "dev0", AnyFamily)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -141,7 +141,7 @@ func TestIntegrationAddressWritesLookUpTheLinkOnce(t *testing.T) {
 		if c.linkLookups != 1 {
 			t.Errorf("21 address writes looked the link up %d times, want 1", c.linkLookups)
 		}
-		got, err := c.ListBindAddress(ctx, "dev0")
+		got, err := c.ListBindAddress(ctx, "dev0", AnyFamily)
 		if err != nil || len(got) != 19 {
 			t.Fatalf("dev0 holds %v (%v), want 19 addresses", got, err)
 		}
@@ -156,7 +156,7 @@ func TestIntegrationAddressWritesLookUpTheLinkOnce(t *testing.T) {
 		if existed, err := c.EnsureAddressBind(ctx, net.ParseIP("10.96.0.1"), "dev0"); err != nil || existed {
 			t.Fatalf("binding on the new dev0: existed %v, %v", existed, err)
 		}
-		if got, err := c.ListBindAddress(ctx, "dev0"); err != nil || len(got) != 1 || !got[0].Equal(net.ParseIP("10.96.0.1")) {
+		if got, err := c.ListBindAddress(ctx, "dev0", AnyFamily); err != nil || len(got) != 1 || !got[0].Equal(net.ParseIP("10.96.0.1")) {
 			t.Fatalf("the new dev0 holds %v (%v), want 10.96.0.1", got, err)
 		}
 		if c.linkLookups != 2 {

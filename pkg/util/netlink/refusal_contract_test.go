@@ -64,7 +64,7 @@ func checkBindRefusalContract(t *testing.T, h Handle, dev string) {
 			t.Errorf("UnbindAddress(%s, %s): %v", c.ip, dev, err)
 		}
 	}
-	got, err := h.ListBindAddress(ctx, dev)
+	got, err := h.ListBindAddress(ctx, dev, AnyFamily)
 	if err != nil || len(got) != 0 {
 		t.Errorf("%s after the refusals holds %v (err %v), want nothing", dev, got, err)
 	}
