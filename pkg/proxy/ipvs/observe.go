@@ -135,9 +135,11 @@ func (p *Proxier) observe(ctx context.Context, ipvsH ipvs.Interface, nl netlink.
 		a.rs = slices.CompactFunc(a.rs, func(x, y desiredRS) bool { return x.key == y.key })
 		st.vs[keyOfVS(vs)] = a
 	}
+	stats.phase(p.clock.Now(), "observe-ipvs")
 	if err := p.rules.observeSets(ctx, st, stats); err != nil {
 		return nil, err
 	}
+	stats.phase(p.clock.Now(), "observe-sets")
 	// The device is created here, before its addresses are read, so a first start
 	// and a device someone deleted look alike: empty.
 	if _, err := nl.EnsureDummyDevice(ctx, netlink.DefaultDummyDevice); err != nil {

@@ -130,15 +130,19 @@ func (p *Proxier) startResync() {
 	}
 	p.goResync(func() {
 		defer close(r.done)
+		r.stats.phase(p.clock.Now(), "")
 		r.state, r.err = p.observe(ctx, ipvsH, nl, &r.stats)
+		r.stats.phase(p.clock.Now(), "observe-addrs")
 		if r.err == nil {
 			r.state.digests = digestsOf(r.state)
+			r.stats.phase(p.clock.Now(), "digests")
 		}
 		if r.err == nil && checkRules && p.kernel.IPTables != nil {
 			r.state.rulesChecked = p.checkRulesBeside(ctx, want, gen, &r.stats)
 			if r.state.rulesChecked {
 				r.state.iptables = want
 			}
+			r.stats.phase(p.clock.Now(), "rules")
 		}
 		if p.syncRunner != nil {
 			p.syncRunner.Run() // the next sync takes it
@@ -169,7 +173,8 @@ func (p *Proxier) takeResync() (*appliedState, error) {
 	}
 	j.correct(r.state, p.applied)
 	p.logger.V(2).Info("Periodic resync read the kernel beside the sync loop", "elapsed", p.clock.Since(r.started),
-		"virtualServers", len(r.state.vs), "journaledVirtualServers", j.vs.Len(), "journaledEntries", j.entries.Len())
+		"virtualServers", len(r.state.vs), "journaledVirtualServers", j.vs.Len(), "journaledEntries", j.entries.Len(),
+		"phases", r.stats.phaseList())
 	return r.state, nil
 }
 

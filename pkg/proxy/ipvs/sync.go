@@ -134,7 +134,7 @@ func (p *Proxier) sync(ctx context.Context, full bool, snap *appliedState, start
 			if observed, err = p.observe(ctx, p.kernel.IPVS, p.kernel.Netlink, &stats); err != nil {
 				return stats, err
 			}
-			stats.phase(p.clock.Now(), "observe")
+			stats.phase(p.clock.Now(), "observe-addrs")
 		}
 		// With a trusted memory of the kernel, whatever a full sync has to write is
 		// drift: someone else changed the kernel (or we missed an event).

@@ -714,10 +714,10 @@ func TestSyncPhases(t *testing.T) {
 	// until removed once, at start).
 	e.p.needFull = true
 	full := e.mustSync()
-	if got, want := names(full), "build observe touch prepare plan sets binds rules jumps ipvs unbinds health+conntrack"; got != want {
+	if got, want := names(full), "build observe-ipvs observe-sets observe-addrs touch prepare plan sets binds rules jumps ipvs unbinds health+conntrack"; got != want {
 		t.Errorf("full sync phases %q, want %q", got, want)
 	}
-	if !strings.Contains(full.phaseList(), " observe=") {
+	if !strings.Contains(full.phaseList(), " observe-ipvs=") {
 		t.Errorf("phase list %q has no observe part", full.phaseList())
 	}
 	e.add(makeService("ns", "late", clusterIP("10.96.9.9"), port("p", v1.ProtocolTCP, 80, 0)))
