@@ -16,6 +16,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/sets"
 
+	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/ipfamily"
 	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/ipset"
 	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/iptables"
 	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/ipvs"
@@ -253,7 +254,7 @@ func cleanupVirtualServers(ctx context.Context, k CleanupKernel, all map[string]
 	}
 	bound := sets.New[string]()
 	if k.Netlink != nil {
-		if addrs, err := k.Netlink.ListBindAddress(ctx, netlink.DefaultDummyDevice, netlink.AnyFamily); err == nil {
+		if addrs, err := k.Netlink.ListBindAddress(ctx, netlink.DefaultDummyDevice, ipfamily.Any); err == nil {
 			for _, a := range addrs {
 				bound.Insert(a.String())
 			}

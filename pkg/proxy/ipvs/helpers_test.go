@@ -25,6 +25,7 @@ import (
 	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/proxy"
 	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/proxy/healthcheck"
 	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/conntrack"
+	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/ipfamily"
 	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/ipset"
 	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/iptables"
 	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/ipvs"
@@ -219,7 +220,7 @@ func (e *testEnv) tracer() *tracer {
 	for _, ip := range ips {
 		local = append(local, ip.String())
 	}
-	bound, _ := e.nl.ListBindAddress(context.Background(), netlink.DefaultDummyDevice, netlink.AnyFamily)
+	bound, _ := e.nl.ListBindAddress(context.Background(), netlink.DefaultDummyDevice, ipfamily.Any)
 	for _, ip := range bound {
 		local = append(local, ip.String())
 	}

@@ -11,6 +11,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/sets"
 
+	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/ipfamily"
 	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/ipset"
 	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/ipvs"
 	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/netlink"
@@ -78,20 +79,12 @@ func (p *Proxier) ourFamily(ip net.IP) bool {
 	return (ip.To4() != nil) == (p.opts.IPFamily == v1.IPv4Protocol)
 }
 
-// netlinkFamily is this proxier's family for netlink.ListBindAddress.
-func (p *Proxier) netlinkFamily() netlink.Family {
+// family is this proxier's family for the kernel reads that leave the other out.
+func (p *Proxier) family() ipfamily.Family {
 	if p.opts.IPFamily == v1.IPv6Protocol {
-		return netlink.FamilyIPv6
+		return ipfamily.IPv6
 	}
-	return netlink.FamilyIPv4
-}
-
-// ipvsFamily is this proxier's family for ipvs.GetAll.
-func (p *Proxier) ipvsFamily() ipvs.Family {
-	if p.opts.IPFamily == v1.IPv6Protocol {
-		return ipvs.FamilyIPv6
-	}
-	return ipvs.FamilyIPv4
+	return ipfamily.IPv4
 }
 
 func (p *Proxier) excluded(ip net.IP) bool {
@@ -119,7 +112,7 @@ func (p *Proxier) observe(ctx context.Context, ipvsH ipvs.Interface, nl netlink.
 	stats.count(opDumpIPVS)
 	// Only this family's, so the IPv6 proxier of an IPv4-only node reads no real
 	// server at all.
-	all, err := ipvsH.GetAll(ctx, p.ipvsFamily(), func(vs *ipvs.VirtualServer) bool {
+	all, err := ipvsH.GetAll(ctx, p.family(), func(vs *ipvs.VirtualServer) bool {
 		return p.ourFamily(vs.Address) && !p.excluded(vs.Address)
 	})
 	if err != nil {
@@ -146,7 +139,7 @@ func (p *Proxier) observe(ctx context.Context, ipvsH ipvs.Interface, nl netlink.
 		return nil, fmt.Errorf("ensuring dummy device %s: %w", netlink.DefaultDummyDevice, err)
 	}
 	stats.count(opDumpAddresses)
-	addrs, err := nl.ListBindAddress(ctx, netlink.DefaultDummyDevice, p.netlinkFamily())
+	addrs, err := nl.ListBindAddress(ctx, netlink.DefaultDummyDevice, p.family())
 	if err != nil {
 		return nil, fmt.Errorf("listing addresses of %s: %w", netlink.DefaultDummyDevice, err)
 	}

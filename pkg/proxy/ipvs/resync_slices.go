@@ -2,6 +2,7 @@ package ipvs
 
 import (
 	"iter"
+	"maps"
 	"time"
 )
 
@@ -39,126 +40,34 @@ type resyncSlicer struct {
 func newResyncSlicer(ix *desiredIndex, a *appliedState, ag agreement, n int) *resyncSlicer {
 	s := &resyncSlicer{}
 	walk := func(yield func(struct{}) bool) {
-		count := 0
-		// tick ends the slice after n keys; false means the walk was stopped.
-		tick := func() bool {
-			if count++; count < n {
-				return true
-			}
-			count = 0
-			return yield(struct{}{})
-		}
-		// A key found right costs a lookup, not a plan: a quarter of a tick.
-		skipped := 0
-		skip := func() bool {
-			s.compared++
-			if skipped++; skipped < 4 {
-				return true
-			}
-			skipped = 0
-			return tick()
-		}
-		// A member of a set whose digests agree is not compared at all: a sixteenth.
-		passed := 0
-		pass := func() bool {
-			if passed++; passed < 16 {
-				return true
-			}
-			passed = 0
-			return tick()
-		}
-		for k := range ix.vs {
-			s.t.vs.Insert(k)
-			if !tick() {
-				return
-			}
-		}
-		// The applied side only for what the index does not want (now): a key both
-		// hold was compared on the index side.
-		for k := range a.vs {
-			if ix.vs[k] != nil {
-				if !skip() {
-					return
-				}
-				continue
-			}
-			s.t.vs.Insert(k)
-			if !tick() {
-				return
-			}
+		w := &walker{n: n, yield: yield, compared: &s.compared}
+		addVS := func(k vsKey) { s.t.vs.Insert(k) }
+		addEntry := func(e setEntry) { s.t.entries.Insert(e) }
+		addAddr := func(addr string) { s.t.addrs.Insert(addr) }
+		agreed := func(e setEntry) bool { return ag.sets[e.set] }
+		// Every virtual server the index wants; the applied side only for what the
+		// index does not want (now): a key both hold was compared on the index side.
+		if !walkKeys(w, maps.Keys(ix.vs), nil, nil, addVS) ||
+			!walkKeys(w, maps.Keys(a.vs), nil, func(k vsKey) bool { return ix.vs[k] != nil }, addVS) {
+			return
 		}
 		// A set member or address the applied state already holds is right: it is
-		// passed over here instead of being handed to the plan, which would look it up
+		// passed over instead of being handed to the plan, which would look it up
 		// twice more to find nothing to do.
 		walkSets := !ag.setsAgree()
-		if walkSets {
-			for e := range ix.setRefs {
-				if ag.sets[e.set] {
-					if !pass() {
-						return
-					}
-					continue
-				}
-				if a.entries.Has(e) {
-					if !skip() {
-						return
-					}
-					continue
-				}
-				s.t.entries.Insert(e)
-				if !tick() {
-					return
-				}
-			}
+		if walkSets && !walkKeys(w, maps.Keys(ix.setRefs), agreed, a.entries.Has, addEntry) {
+			return
 		}
-		if !ag.addrs || !ag.sets[setIPVSIPs] {
-			for addr := range ix.bindRefs {
-				if a.addrs.Has(addr) && a.entries.Has(setEntry{setIPVSIPs, addr}) {
-					if !skip() {
-						return
-					}
-					continue
-				}
-				s.t.addrs.Insert(addr)
-				s.t.entries.Insert(setEntry{setIPVSIPs, addr})
-				if !tick() {
-					return
-				}
-			}
+		if (!ag.addrs || !ag.sets[setIPVSIPs]) && !walkKeys(w, maps.Keys(ix.bindRefs), nil,
+			func(addr string) bool { return a.addrs.Has(addr) && a.entries.Has(setEntry{setIPVSIPs, addr}) },
+			func(addr string) { addAddr(addr); addEntry(setEntry{setIPVSIPs, addr}) }) {
+			return
 		}
-		if walkSets {
-			for e := range a.entries {
-				if ag.sets[e.set] {
-					if !pass() {
-						return
-					}
-					continue
-				}
-				if ix.hasEntry(e) {
-					if !skip() {
-						return
-					}
-					continue
-				}
-				s.t.entries.Insert(e)
-				if !tick() {
-					return
-				}
-			}
+		if walkSets && !walkKeys(w, maps.Keys(a.entries), agreed, ix.hasEntry, addEntry) {
+			return
 		}
 		if !ag.addrs {
-			for addr := range a.addrs {
-				if ix.hasAddr(addr) {
-					if !skip() {
-						return
-					}
-					continue
-				}
-				s.t.addrs.Insert(addr)
-				if !tick() {
-					return
-				}
-			}
+			walkKeys(w, maps.Keys(a.addrs), nil, ix.hasAddr, addAddr)
 		}
 	}
 	s.next, s.stop = iter.Pull(iter.Seq[struct{}](walk))
@@ -240,4 +149,64 @@ func (s *SyncStats) addSlice(st SyncStats) {
 			s.phases = append(s.phases, ph)
 		}
 	}
+}
+
+// walker counts a slice's work as the walk goes and ends the slice when it is full.
+type walker struct {
+	n     int
+	yield func(struct{}) bool
+	// compared counts the keys found right (the slicer's count for this slice).
+	compared *int
+	// ticks, and the keys found right and passed over since the last tick.
+	count, skipped, passed int
+}
+
+// tick counts a key to plan; false means the walk was stopped.
+func (w *walker) tick() bool {
+	if w.count++; w.count < w.n {
+		return true
+	}
+	w.count = 0
+	return w.yield(struct{}{})
+}
+
+// skip counts a key found right: a lookup, not a plan, so a quarter of a tick.
+func (w *walker) skip() bool {
+	*w.compared++
+	if w.skipped++; w.skipped < 4 {
+		return true
+	}
+	w.skipped = 0
+	return w.tick()
+}
+
+// pass counts a member of a set whose digests agree: not compared at all, a sixteenth.
+func (w *walker) pass() bool {
+	if w.passed++; w.passed < 16 {
+		return true
+	}
+	w.passed = 0
+	return w.tick()
+}
+
+// walkKeys walks keys: a key agreed (nil: none) says is passed over, one right (nil:
+// none) says is skipped, the others are added to the slice. It reports false when the
+// walk was stopped.
+func walkKeys[K comparable](w *walker, keys iter.Seq[K], agreed, right func(K) bool, add func(K)) bool {
+	for k := range keys {
+		var more bool
+		switch {
+		case agreed != nil && agreed(k):
+			more = w.pass()
+		case right != nil && right(k):
+			more = w.skip()
+		default:
+			add(k)
+			more = w.tick()
+		}
+		if !more {
+			return false
+		}
+	}
+	return true
 }

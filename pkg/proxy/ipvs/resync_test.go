@@ -9,6 +9,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 
+	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/ipfamily"
 	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/ipvs"
 	nft "github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/nftables"
 )
@@ -21,7 +22,7 @@ type gatedReader struct {
 	release chan struct{}
 }
 
-func (g *gatedReader) GetAll(ctx context.Context, af ipvs.Family, keep func(*ipvs.VirtualServer) bool) ([]ipvs.VirtualServerDump, error) {
+func (g *gatedReader) GetAll(ctx context.Context, af ipfamily.Family, keep func(*ipvs.VirtualServer) bool) ([]ipvs.VirtualServerDump, error) {
 	out, err := g.Interface.GetAll(ctx, af, keep)
 	close(g.read)
 	<-g.release

@@ -155,6 +155,19 @@ func openWriteSocket(netnsPath string) (*writeSocket, error) {
 
 func (s *writeSocket) close() { unix.Close(s.fd) }
 
+// socket returns the Client's own generic netlink socket (pipelined writes, the
+// family dump), opened on first use. Callers hold c.mu.
+func (c *Client) socket() (*writeSocket, error) {
+	if c.writer == nil {
+		s, err := openWriteSocket(c.netnsPath)
+		if err != nil {
+			return nil, fmt.Errorf("opening a generic netlink socket: %w", err)
+		}
+		c.writer = s
+	}
+	return c.writer, nil
+}
+
 // Write applies writes in order, pipelined, and returns one error per write
 // (nil when it was done), wrapped as the single calls wrap them, so IsExists
 // and IsNotFound work. Each write succeeds or fails on its own, as if made
@@ -170,15 +183,11 @@ func (c *Client) Write(ctx context.Context, writes []Write) []error {
 		}
 		return errs
 	}
-	if c.writer == nil {
-		s, err := openWriteSocket(c.netnsPath)
-		if err != nil {
-			for i, w := range writes {
-				errs[i] = fmt.Errorf("%s: opening a generic netlink socket: %w", w, err)
-			}
-			return errs
+	if _, err := c.socket(); err != nil {
+		for i, w := range writes {
+			errs[i] = fmt.Errorf("%s: %w", w, err)
 		}
-		c.writer = s
+		return errs
 	}
 	for start := 0; start < len(writes); start += writeChunk {
 		chunk := writes[start:min(start+writeChunk, len(writes))]

@@ -12,6 +12,8 @@ import (
 
 	libipvs "github.com/moby/ipvs"
 	"github.com/vishvananda/netns"
+
+	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/ipfamily"
 )
 
 // Reading the whole table at once.
@@ -98,10 +100,10 @@ func procKeyOf(proto uint16, ip net.IP, port uint16) procKey {
 // virtual server return, read in bulk (see above). Firewall-mark services are
 // left out, as in GetVirtualServers. When keep accepts none (the IPv6 proxier
 // on an IPv4-only node), the proc table is not read.
-func (c *Client) GetAll(ctx context.Context, af Family, keep func(*VirtualServer) bool) ([]VirtualServerDump, error) {
+func (c *Client) GetAll(ctx context.Context, af ipfamily.Family, keep func(*VirtualServer) bool) ([]VirtualServerDump, error) {
 	var out []VirtualServerDump
 	err := c.do(ctx, func(h *libipvs.Handle) error {
-		svcs, err := c.dumpServices(uint16(af))
+		svcs, err := c.dumpServices(af)
 		if err != nil {
 			return fmt.Errorf("dumping virtual servers: %w", err)
 		}

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/ipfamily"
 )
 
 // errKind classifies an error the way the proxier does.
@@ -243,7 +245,7 @@ UDP/[fd00::2]:53 rr flags=0x4 timeout=0`
 func checkGetAllContract(t *testing.T, h Interface) {
 	t.Helper()
 	ctx := context.Background()
-	if all, err := h.GetAll(ctx, AnyFamily, nil); err != nil || len(all) != 0 {
+	if all, err := h.GetAll(ctx, ipfamily.Any, nil); err != nil || len(all) != 0 {
 		t.Fatalf("GetAll of an empty table = %v, %v", all, err)
 	}
 	type rsSpec struct {
@@ -279,7 +281,7 @@ func checkGetAllContract(t *testing.T, h Interface) {
 			}
 		}
 	}
-	all, err := h.GetAll(ctx, AnyFamily, nil)
+	all, err := h.GetAll(ctx, ipfamily.Any, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -301,7 +303,7 @@ func checkGetAllContract(t *testing.T, h Interface) {
 	// Reads are copies: changing them changes nothing.
 	all[0].VirtualServer.Scheduler = "xx"
 	all[0].RealServers = append(all[0].RealServers, &RealServer{})
-	if again, err := h.GetAll(ctx, AnyFamily, nil); err != nil || tableText(again) != want {
+	if again, err := h.GetAll(ctx, ipfamily.Any, nil); err != nil || tableText(again) != want {
 		t.Errorf("GetAll after changing a previous answer = %v\n%s", err, tableText(again))
 	}
 	expectKind(t, "flush", h.Flush(ctx), "ok")
@@ -353,7 +355,7 @@ func checkWriteContract(t *testing.T, h Interface) {
 			t.Errorf("write %d (%s): %s (%v), want %s", i, writes[i], got, err, want[i])
 		}
 	}
-	all, err := h.GetAll(ctx, AnyFamily, nil)
+	all, err := h.GetAll(ctx, ipfamily.Any, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -399,26 +401,26 @@ func checkGetAllFilter(t *testing.T, h Interface) {
 			t.Fatal(err)
 		}
 	}
-	v6, err := h.GetAll(ctx, AnyFamily, func(vs *VirtualServer) bool { return vs.Address.To4() == nil })
+	v6, err := h.GetAll(ctx, ipfamily.Any, func(vs *VirtualServer) bool { return vs.Address.To4() == nil })
 	if err != nil || tableText(v6) != "TCP/[fd00::1]:80 -> [fd01::1]:8080 w=1 a=0 i=0\nTCP/[fd00::1]:80 rr flags=0x0 timeout=0" {
 		t.Errorf("GetAll of IPv6 only = %v\n%s", err, tableText(v6))
 	}
 	// The family argument alone, and with keep.
 	for _, c := range []struct {
-		af   Family
+		af   ipfamily.Family
 		keep func(*VirtualServer) bool
 		want string
 	}{
-		{FamilyIPv6, nil, "TCP/[fd00::1]:80 -> [fd01::1]:8080 w=1 a=0 i=0\nTCP/[fd00::1]:80 rr flags=0x0 timeout=0"},
-		{FamilyIPv4, nil, "TCP/10.0.0.1:80 -> 10.1.0.1:8080 w=1 a=0 i=0\nTCP/10.0.0.1:80 rr flags=0x0 timeout=0"},
-		{FamilyIPv4, func(vs *VirtualServer) bool { return vs.Address.To4() == nil }, ""},
+		{ipfamily.IPv6, nil, "TCP/[fd00::1]:80 -> [fd01::1]:8080 w=1 a=0 i=0\nTCP/[fd00::1]:80 rr flags=0x0 timeout=0"},
+		{ipfamily.IPv4, nil, "TCP/10.0.0.1:80 -> 10.1.0.1:8080 w=1 a=0 i=0\nTCP/10.0.0.1:80 rr flags=0x0 timeout=0"},
+		{ipfamily.IPv4, func(vs *VirtualServer) bool { return vs.Address.To4() == nil }, ""},
 	} {
 		got, err := h.GetAll(ctx, c.af, c.keep)
 		if err != nil || tableText(got) != c.want {
 			t.Errorf("GetAll of family %d = %v\n%s\nwant\n%s", c.af, err, tableText(got), c.want)
 		}
 	}
-	if none, err := h.GetAll(ctx, AnyFamily, func(*VirtualServer) bool { return false }); err != nil || len(none) != 0 {
+	if none, err := h.GetAll(ctx, ipfamily.Any, func(*VirtualServer) bool { return false }); err != nil || len(none) != 0 {
 		t.Errorf("GetAll keeping nothing = %v, %v", none, err)
 	}
 	expectKind(t, "flush", h.Flush(ctx), "ok")

@@ -9,6 +9,8 @@ import (
 
 	libipvs "github.com/moby/ipvs"
 	"golang.org/x/sys/unix"
+
+	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/ipfamily"
 )
 
 // The virtual server dump of one family.
@@ -20,15 +22,6 @@ import (
 // the dump on the pipelined writes' socket and looks at a virtual server's address
 // family (the first attribute the kernel writes) before anything else, so another
 // family's virtual servers cost a few comparisons each.
-
-// Family is an address family for GetAll.
-type Family uint16
-
-const (
-	AnyFamily  Family = 0
-	FamilyIPv4 Family = unix.AF_INET
-	FamilyIPv6 Family = unix.AF_INET6
-)
 
 const (
 	cmdGetService = 4
@@ -45,28 +38,13 @@ const (
 	nlaTypeMask = 0x3fff // without NLA_F_NESTED and NLA_F_NET_BYTEORDER
 )
 
-// has reports whether ip is of family af.
-func (af Family) has(ip net.IP) bool {
-	switch af {
-	case FamilyIPv4:
-		return ip.To4() != nil
-	case FamilyIPv6:
-		return ip.To4() == nil
-	}
-	return true
-}
-
 // dumpServices returns the virtual servers of address family af (0: both) as
 // moby/ipvs's GetServices would. Callers hold c.mu.
-func (c *Client) dumpServices(af uint16) ([]*libipvs.Service, error) {
-	if c.writer == nil {
-		s, err := openWriteSocket(c.netnsPath)
-		if err != nil {
-			return nil, fmt.Errorf("opening a generic netlink socket: %w", err)
-		}
-		c.writer = s
+func (c *Client) dumpServices(af ipfamily.Family) ([]*libipvs.Service, error) {
+	s, err := c.socket()
+	if err != nil {
+		return nil, err
 	}
-	s := c.writer
 	s.seq++
 	seq := s.seq
 	req := appendNlmsg(nil, c.family, unix.NLM_F_REQUEST|unix.NLM_F_DUMP, seq, []byte{cmdGetService, ipvsGenlVersion, 0, 0})
@@ -102,7 +80,7 @@ func (c *Client) dumpServices(af uint16) ([]*libipvs.Service, error) {
 				}
 				return out, nil
 			case c.family:
-				svc, err := parseServiceMessage(m.Data, af)
+				svc, err := parseServiceMessage(m.Data, uint16(af))
 				if err != nil {
 					return nil, err
 				}

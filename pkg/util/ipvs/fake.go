@@ -11,6 +11,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/ipfamily"
 )
 
 // Operation names counted by Fake.Ops and accepted by Fake.InjectError.
@@ -289,7 +291,7 @@ func (f *Fake) GetRealServers(ctx context.Context, vs *VirtualServer) ([]*RealSe
 
 // GetAll returns every virtual server with its real servers, sorted as Dump
 // prints them: one operation, as the Client's bulk read.
-func (f *Fake) GetAll(ctx context.Context, af Family, keep func(*VirtualServer) bool) ([]VirtualServerDump, error) {
+func (f *Fake) GetAll(ctx context.Context, af ipfamily.Family, keep func(*VirtualServer) bool) ([]VirtualServerDump, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if err := f.begin(ctx, OpGetAll); err != nil {
@@ -297,7 +299,7 @@ func (f *Fake) GetAll(ctx context.Context, af Family, keep func(*VirtualServer) 
 	}
 	out := make([]VirtualServerDump, 0, len(f.services))
 	for _, svc := range f.sortedServices() {
-		if !af.has(svc.vs.Address) || keep != nil && !keep(&svc.vs) {
+		if !af.Has(svc.vs.Address) || keep != nil && !keep(&svc.vs) {
 			continue
 		}
 		d := VirtualServerDump{VirtualServer: copyVS(&svc.vs), RealServers: make([]*RealServer, 0, len(svc.dsts))}

@@ -8,6 +8,8 @@ import (
 	"net"
 	"strconv"
 	"time"
+
+	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/ipfamily"
 )
 
 // Protocol names as kube-proxy uses them.
@@ -90,13 +92,13 @@ type Interface interface {
 	UpdateRealServer(ctx context.Context, vs *VirtualServer, rs *RealServer) error
 	DeleteRealServer(ctx context.Context, vs *VirtualServer, rs *RealServer) error
 	GetRealServers(ctx context.Context, vs *VirtualServer) ([]*RealServer, error)
-	// GetAll returns every virtual server of family af (AnyFamily: both) that keep
+	// GetAll returns every virtual server of family af (ipfamily.Any: both) that keep
 	// accepts (nil: all) with its real servers: the answer of GetVirtualServers
 	// plus GetRealServers for each, read in bulk (a full reconcile at 10k virtual
 	// servers would otherwise make 10k round trips). Another family's virtual
 	// servers are passed over before they are parsed; when keep accepts none, no
 	// real server is read.
-	GetAll(ctx context.Context, af Family, keep func(*VirtualServer) bool) ([]VirtualServerDump, error)
+	GetAll(ctx context.Context, af ipfamily.Family, keep func(*VirtualServer) bool) ([]VirtualServerDump, error)
 	// Write applies many changes in order, pipelined (many requests per send,
 	// the acknowledgements read after), and returns one error per write: each
 	// succeeds or fails on its own, exactly as the single calls would.

@@ -23,6 +23,8 @@ import (
 	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/testing/netns"
 	libipvs "github.com/moby/ipvs"
 	vnl "github.com/vishvananda/netlink"
+
+	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/ipfamily"
 )
 
 func newVMClient(t *testing.T) *Client {
@@ -145,7 +147,7 @@ func TestVMConnectionCounters(t *testing.T) {
 		if len(rss) != 1 || rss[0].ActiveConn != 1 {
 			t.Fatalf("with one open connection: %+v, want ActiveConn 1", rss)
 		}
-		if all, err := c.GetAll(ctx, AnyFamily, nil); err != nil || len(all) != 1 || len(all[0].RealServers) != 1 || all[0].RealServers[0].ActiveConn != 1 {
+		if all, err := c.GetAll(ctx, ipfamily.Any, nil); err != nil || len(all) != 1 || len(all[0].RealServers) != 1 || all[0].RealServers[0].ActiveConn != 1 {
 			t.Errorf("GetAll with one open connection = %v, %v; want one real server with ActiveConn 1", all, err)
 		}
 		conn.Close()
@@ -233,7 +235,7 @@ func TestVMNamespacePath(t *testing.T) {
 			t.Errorf("caller's namespace holds %v (%v), want nothing", list, err)
 		}
 		// The bulk read's proc table is the target namespace's too.
-		all, err := other.GetAll(ctx, AnyFamily, nil)
+		all, err := other.GetAll(ctx, ipfamily.Any, nil)
 		if err != nil || len(all) != 1 || len(all[0].RealServers) != 1 || other.perServiceReads != 0 {
 			t.Errorf("GetAll in the target namespace = %v, %v (%d per-server dumps); want 1 virtual server with 1 real server from the proc table", all, err, other.perServiceReads)
 		}
@@ -304,7 +306,7 @@ func BenchmarkVMGetAll(b *testing.B) {
 				b.Fatalf("one by one: %d real servers, want %d", nrs, nvs*perVS)
 			}
 			start = time.Now()
-			all, err := c.GetAll(ctx, AnyFamily, nil)
+			all, err := c.GetAll(ctx, ipfamily.Any, nil)
 			bulk += time.Since(start)
 			if err != nil || len(all) != nvs {
 				b.Fatalf("GetAll: %d virtual servers (%v)", len(all), err)
@@ -375,7 +377,7 @@ func BenchmarkVMWrite(b *testing.B) {
 			}
 		}
 		check := func(what string) {
-			all, err := c.GetAll(ctx, AnyFamily, nil)
+			all, err := c.GetAll(ctx, ipfamily.Any, nil)
 			n := 0
 			for _, d := range all {
 				n += len(d.RealServers)
@@ -523,9 +525,9 @@ func TestVMServiceDumpMatchesMoby(t *testing.T) {
 		var got, v4, v6 []*libipvs.Service
 		var errs [3]error
 		if err == nil {
-			got, errs[0] = c.dumpServices(0)
-			v4, errs[1] = c.dumpServices(uint16(FamilyIPv4))
-			v6, errs[2] = c.dumpServices(uint16(FamilyIPv6))
+			got, errs[0] = c.dumpServices(ipfamily.Any)
+			v4, errs[1] = c.dumpServices(ipfamily.IPv4)
+			v6, errs[2] = c.dumpServices(ipfamily.IPv6)
 		}
 		c.mu.Unlock()
 		if err != nil || errs != [3]error{} {
@@ -545,7 +547,7 @@ func TestVMServiceDumpMatchesMoby(t *testing.T) {
 		}
 		var w4, w6 []*libipvs.Service
 		for _, s := range want {
-			if s.AddressFamily == uint16(FamilyIPv4) {
+			if s.AddressFamily == uint16(ipfamily.IPv4) {
 				w4 = append(w4, s)
 			} else {
 				w6 = append(w6, s)
@@ -570,7 +572,7 @@ func TestVMServiceDumpMatchesMoby(t *testing.T) {
 		all, err := c.handle.GetServices()
 		mobyTook := time.Since(start)
 		start = time.Now()
-		none, err2 := c.dumpServices(uint16(FamilyIPv6))
+		none, err2 := c.dumpServices(ipfamily.IPv6)
 		oursTook := time.Since(start)
 		c.mu.Unlock()
 		if err != nil || err2 != nil || len(all) != 2006 || len(none) != 2 {

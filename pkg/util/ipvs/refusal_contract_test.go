@@ -10,6 +10,8 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/ipfamily"
 )
 
 // refusal is one call and the outcome the kernel gives (errKind).
@@ -107,7 +109,7 @@ func checkRefusalContract(t *testing.T, h Interface) {
 			}
 		}
 	}
-	all, err := h.GetAll(ctx, AnyFamily, nil)
+	all, err := h.GetAll(ctx, ipfamily.Any, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

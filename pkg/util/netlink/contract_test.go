@@ -9,6 +9,8 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/ipfamily"
 )
 
 func ipStrings(ips []net.IP) []string {
@@ -36,14 +38,14 @@ func checkAddressContract(t *testing.T, h Handle, dev string) {
 	if was, err := h.EnsureAddressBind(ctx, v4, dev); err != nil || !was {
 		t.Fatalf("second EnsureAddressBind(%s) = %v, %v; want true, nil", v4, was, err)
 	}
-	got, err := h.ListBindAddress(ctx, dev, AnyFamily)
+	got, err := h.ListBindAddress(ctx, dev, ipfamily.Any)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if diff := cmp.Diff([]string{"10.96.0.1", "10.96.0.10", "fd00:96::1"}, ipStrings(got)); diff != "" {
 		t.Errorf("ListBindAddress (-want +got):\n%s", diff)
 	}
-	for af, want := range map[Family][]string{FamilyIPv4: {"10.96.0.1", "10.96.0.10"}, FamilyIPv6: {"fd00:96::1"}} {
+	for af, want := range map[ipfamily.Family][]string{ipfamily.IPv4: {"10.96.0.1", "10.96.0.10"}, ipfamily.IPv6: {"fd00:96::1"}} {
 		one, err := h.ListBindAddress(ctx, dev, af)
 		if err != nil {
 			t.Fatal(err)
@@ -81,7 +83,7 @@ func checkAddressContract(t *testing.T, h Handle, dev string) {
 	if err := h.UnbindAddress(ctx, v6, dev); err != nil {
 		t.Fatalf("UnbindAddress(%s): %v", v6, err)
 	}
-	got, err = h.ListBindAddress(ctx, dev, AnyFamily)
+	got, err = h.ListBindAddress(ctx, dev, ipfamily.Any)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -99,7 +101,7 @@ func checkAddressContract(t *testing.T, h Handle, dev string) {
 	if err := h.UnbindAddress(ctx, v4, missing); !IsNotFound(err) {
 		t.Errorf("UnbindAddress on a missing link = %v, want IsNotFound", err)
 	}
-	if _, err := h.ListBindAddress(ctx, missing, AnyFamily); !IsNotFound(err) {
+	if _, err := h.ListBindAddress(ctx, missing, ipfamily.Any); !IsNotFound(err) {
 		t.Errorf("ListBindAddress on a missing link = %v, want IsNotFound", err)
 	}
 	if _, err := h.GetLocalAddresses(ctx, missing); err != nil {
@@ -124,7 +126,7 @@ func checkDummyContract(t *testing.T, h Handle) {
 	if existed, err := h.EnsureDummyDevice(ctx, dev); err != nil || !existed {
 		t.Fatalf("second EnsureDummyDevice = %v, %v; want true, nil", existed, err)
 	}
-	got, err := h.ListBindAddress(ctx, dev, AnyFamily)
+	got, err := h.ListBindAddress(ctx, dev, ipfamily.Any)
 	if err != nil || len(got) != 0 {
 		t.Errorf("fresh dummy device holds %v (err %v), want nothing", got, err)
 	}
@@ -134,7 +136,7 @@ func checkDummyContract(t *testing.T, h Handle) {
 	if err := h.DeleteDummyDevice(ctx, dev); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := h.ListBindAddress(ctx, dev, AnyFamily); !IsNotFound(err) {
+	if _, err := h.ListBindAddress(ctx, dev, ipfamily.Any); !IsNotFound(err) {
 		t.Errorf("ListBindAddress after DeleteDummyDevice = %v, want IsNotFound", err)
 	}
 	if err := h.DeleteDummyDevice(ctx, dev); err != nil {

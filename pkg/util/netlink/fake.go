@@ -10,6 +10,8 @@ import (
 	"sync"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/ipfamily"
 )
 
 // Operation names counted by Fake.Ops and accepted by Fake.InjectError.
@@ -220,7 +222,7 @@ func (f *Fake) UnbindAddress(ctx context.Context, ip net.IP, dev string) error {
 	return nil
 }
 
-func (f *Fake) ListBindAddress(ctx context.Context, dev string, af Family) ([]net.IP, error) {
+func (f *Fake) ListBindAddress(ctx context.Context, dev string, af ipfamily.Family) ([]net.IP, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if err := f.begin(ctx, OpListBind); err != nil {
@@ -232,7 +234,7 @@ func (f *Fake) ListBindAddress(ctx context.Context, dev string, af Family) ([]ne
 	}
 	var out []net.IP
 	for _, ip := range l.addrs {
-		if (ip.To4() != nil || !ip.IsLinkLocalUnicast()) && af.has(ip) {
+		if (ip.To4() != nil || !ip.IsLinkLocalUnicast()) && af.Has(ip) {
 			out = append(out, append(net.IP(nil), ip...))
 		}
 	}

@@ -5,6 +5,8 @@ package netlink
 import (
 	"context"
 	"net"
+
+	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/ipfamily"
 )
 
 // DefaultDummyDevice is the interface that holds every service address.
@@ -20,9 +22,9 @@ type Handle interface {
 	// EnsureAddressBind binds ip to dev; reports whether it was already bound.
 	EnsureAddressBind(ctx context.Context, ip net.IP, dev string) (bool, error)
 	UnbindAddress(ctx context.Context, ip net.IP, dev string) error
-	// ListBindAddress lists the addresses of family af (AnyFamily: both) bound to
+	// ListBindAddress lists the addresses of family af (ipfamily.Any: both) bound to
 	// dev; the kernel leaves the other family's out of its answer.
-	ListBindAddress(ctx context.Context, dev string, af Family) ([]net.IP, error)
+	ListBindAddress(ctx context.Context, dev string, af ipfamily.Family) ([]net.IP, error)
 	// GetLocalAddresses lists every local unicast address of the node, except those
 	// on excludeDev (and loopback addresses).
 	GetLocalAddresses(ctx context.Context, excludeDev string) ([]net.IP, error)

@@ -12,6 +12,8 @@ import (
 	"github.com/vishvananda/netlink/nl"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
+
+	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/ipfamily"
 )
 
 // IsNotFound reports whether err says a link does not exist (ENODEV).
@@ -114,7 +116,7 @@ func linkByName(h *vnl.Handle, dev string) (vnl.Link, error) {
 
 // addrList retries a dump the kernel interrupted because addresses changed under
 // it (NLM_F_DUMP_INTR), which would otherwise give a partial list.
-func addrList(h *vnl.Handle, link vnl.Link, af Family) ([]vnl.Addr, error) {
+func addrList(h *vnl.Handle, link vnl.Link, af ipfamily.Family) ([]vnl.Addr, error) {
 	var err error
 	for range 5 {
 		var addrs []vnl.Addr
@@ -262,30 +264,10 @@ func (c *Client) UnbindAddress(ctx context.Context, ip net.IP, dev string) error
 	return nil
 }
 
-// Family is an address family for ListBindAddress.
-type Family int
-
-const (
-	AnyFamily  Family = unix.AF_UNSPEC
-	FamilyIPv4 Family = unix.AF_INET
-	FamilyIPv6 Family = unix.AF_INET6
-)
-
-// has reports whether ip is of family af.
-func (af Family) has(ip net.IP) bool {
-	switch af {
-	case FamilyIPv4:
-		return ip.To4() != nil
-	case FamilyIPv6:
-		return ip.To4() == nil
-	}
-	return true
-}
-
 // ListBindAddress lists the addresses of family af on dev, IPv4 first, sorted. IPv6 link-local
 // addresses are left out: the kernel adds them itself and they are never service
 // addresses, so a reconciler must not try to remove them.
-func (c *Client) ListBindAddress(ctx context.Context, dev string, af Family) ([]net.IP, error) {
+func (c *Client) ListBindAddress(ctx context.Context, dev string, af ipfamily.Family) ([]net.IP, error) {
 	h, unlock, err := c.handle(ctx)
 	if err != nil {
 		return nil, err
@@ -307,7 +289,7 @@ func (c *Client) ListBindAddress(ctx context.Context, dev string, af Family) ([]
 	}
 	var out []net.IP
 	for _, a := range addrs {
-		if ip := a.IP; (ip.To4() != nil || !ip.IsLinkLocalUnicast()) && af.has(ip) {
+		if ip := a.IP; (ip.To4() != nil || !ip.IsLinkLocalUnicast()) && af.Has(ip) {
 			out = append(out, normalizeIP(ip))
 		}
 	}
@@ -336,7 +318,7 @@ func (c *Client) GetLocalAddresses(ctx context.Context, excludeDev string) ([]ne
 	}
 	if c.strict == nil {
 		// One dump of every address, kube-ipvs0's thousands included.
-		addrs, err := addrList(h, nil, AnyFamily)
+		addrs, err := addrList(h, nil, ipfamily.Any)
 		if err != nil {
 			return nil, fmt.Errorf("listing local addresses: %w", err)
 		}
@@ -352,7 +334,7 @@ func (c *Client) GetLocalAddresses(ctx context.Context, excludeDev string) ([]ne
 	var addrs []vnl.Addr
 	for _, l := range links {
 		if idx := l.Attrs().Index; idx != excludeIndex {
-			got, err := c.linkAddrs(idx, AnyFamily)
+			got, err := c.linkAddrs(idx, ipfamily.Any)
 			if err != nil {
 				return nil, fmt.Errorf("listing the addresses of %s: %w", l.Attrs().Name, err)
 			}
@@ -365,7 +347,7 @@ func (c *Client) GetLocalAddresses(ctx context.Context, excludeDev string) ([]ne
 // linkAddrs dumps the addresses of one link on the strict-check socket, where
 // the kernel itself skips the other links' addresses; an interrupted dump is
 // retried.
-func (c *Client) linkAddrs(index int, af Family) ([]vnl.Addr, error) {
+func (c *Client) linkAddrs(index int, af ipfamily.Family) ([]vnl.Addr, error) {
 	var err error
 	for range 5 {
 		req := nl.NewNetlinkRequest(unix.RTM_GETADDR, unix.NLM_F_DUMP)

@@ -8,6 +8,8 @@ import (
 
 	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/testing/netns"
 	vnl "github.com/vishvananda/netlink"
+
+	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/ipfamily"
 )
 
 // setupContractLinks creates, in the current (private) namespace, the links the
@@ -81,7 +83,7 @@ func TestIntegrationLinkLocalFiltered(t *testing.T) {
 		}
 		defer c.Close()
 		ctx := context.Background()
-		got, err := c.ListBindAddress(ctx, "dev0", AnyFamily)
+		got, err := c.ListBindAddress(ctx, "dev0", ipfamily.Any)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -141,7 +143,7 @@ func TestIntegrationAddressWritesLookUpTheLinkOnce(t *testing.T) {
 		if c.linkLookups != 1 {
 			t.Errorf("21 address writes looked the link up %d times, want 1", c.linkLookups)
 		}
-		got, err := c.ListBindAddress(ctx, "dev0", AnyFamily)
+		got, err := c.ListBindAddress(ctx, "dev0", ipfamily.Any)
 		if err != nil || len(got) != 19 {
 			t.Fatalf("dev0 holds %v (%v), want 19 addresses", got, err)
 		}
@@ -156,7 +158,7 @@ func TestIntegrationAddressWritesLookUpTheLinkOnce(t *testing.T) {
 		if existed, err := c.EnsureAddressBind(ctx, net.ParseIP("10.96.0.1"), "dev0"); err != nil || existed {
 			t.Fatalf("binding on the new dev0: existed %v, %v", existed, err)
 		}
-		if got, err := c.ListBindAddress(ctx, "dev0", AnyFamily); err != nil || len(got) != 1 || !got[0].Equal(net.ParseIP("10.96.0.1")) {
+		if got, err := c.ListBindAddress(ctx, "dev0", ipfamily.Any); err != nil || len(got) != 1 || !got[0].Equal(net.ParseIP("10.96.0.1")) {
 			t.Fatalf("the new dev0 holds %v (%v), want 10.96.0.1", got, err)
 		}
 		if c.linkLookups != 2 {

@@ -10,6 +10,8 @@ import (
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/ipfamily"
 )
 
 // bindKind classifies an EnsureAddressBind error by errno.
@@ -64,7 +66,7 @@ func checkBindRefusalContract(t *testing.T, h Handle, dev string) {
 			t.Errorf("UnbindAddress(%s, %s): %v", c.ip, dev, err)
 		}
 	}
-	got, err := h.ListBindAddress(ctx, dev, AnyFamily)
+	got, err := h.ListBindAddress(ctx, dev, ipfamily.Any)
 	if err != nil || len(got) != 0 {
 		t.Errorf("%s after the refusals holds %v (err %v), want nothing", dev, got, err)
 	}
