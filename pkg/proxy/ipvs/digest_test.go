@@ -11,7 +11,6 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/sets"
 
-	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/ipset"
 	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/netlink"
 	nft "github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/nftables"
 )
@@ -136,21 +135,7 @@ func TestResyncComparesOnlyDisagreeingSets(t *testing.T) {
 			// One cluster IP member swapped for another, one address unbound: only
 			// those sets' members and kube-ipvs0's addresses are compared.
 			ctx := context.Background()
-			if backend == "nftables" {
-				tx := nft.NewTransaction()
-				tx.DeleteElements("ip-cluster-ip", []string{"10.96.0.4", "tcp", "80"})
-				tx.AddElements("ip-cluster-ip", []string{"10.96.8.8", "tcp", "80"})
-				if err := e.p.rules.(*nftBackend).rs.Run(ctx, tx); err != nil {
-					t.Fatal(err)
-				}
-			} else {
-				tx := &ipset.Transaction{}
-				tx.Del("KUBE-CLUSTER-IP", "10.96.0.4,tcp:80")
-				tx.Add("KUBE-CLUSTER-IP", "10.96.8.8,tcp:80")
-				if err := e.ipset.Apply(ctx, tx); err != nil {
-					t.Fatal(err)
-				}
-			}
+			swapClusterIPMember(t, e, "10.96.0.4", "10.96.8.8")
 			if err := e.nl.UnbindAddress(ctx, net.ParseIP("10.96.0.6"), netlink.DefaultDummyDevice); err != nil {
 				t.Fatal(err)
 			}

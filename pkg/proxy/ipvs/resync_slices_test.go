@@ -57,21 +57,7 @@ func TestResyncInSlices(t *testing.T) {
 						t.Fatal(err)
 					}
 				}
-				if backend == "nftables" {
-					tx := nft.NewTransaction()
-					tx.DeleteElements("ip-cluster-ip", []string{"10.96.0.4", "tcp", "80"})
-					tx.AddElements("ip-cluster-ip", []string{"10.96.8.8", "tcp", "80"})
-					if err := e.p.rules.(*nftBackend).rs.Run(ctx, tx); err != nil {
-						t.Fatal(err)
-					}
-					return
-				}
-				tx := &ipset.Transaction{}
-				tx.Del("KUBE-CLUSTER-IP", "10.96.0.4,tcp:80")
-				tx.Add("KUBE-CLUSTER-IP", "10.96.8.8,tcp:80")
-				if err := e.ipset.Apply(ctx, tx); err != nil {
-					t.Fatal(err)
-				}
+				swapClusterIPMember(t, e, "10.96.0.4", "10.96.8.8")
 			}
 			change := makeSlice("ns", "svc-3", "svc-3-1", tcp("p", 80), endpoint("10.244.1.4"), endpoint("10.244.2.4"), endpoint("10.244.3.4"))
 			kernel := func(e *testEnv) string {
@@ -216,5 +202,27 @@ func TestRulesCheckedBesideTheLoop(t *testing.T) {
 	}
 	if got := e.iptablesSave(); got != want {
 		t.Errorf("after that resync:\n%s\nwant\n%s", got, want)
+	}
+}
+
+// swapClusterIPMember replaces the cluster IP member of TCP port 80 at from by one at
+// to behind the proxier's back, in the ipset or the nftables set of e's backend.
+func swapClusterIPMember(t *testing.T, e *testEnv, from, to string) {
+	t.Helper()
+	ctx := context.Background()
+	if b, ok := e.p.rules.(*nftBackend); ok {
+		tx := nft.NewTransaction()
+		tx.DeleteElements("ip-cluster-ip", []string{from, "tcp", "80"})
+		tx.AddElements("ip-cluster-ip", []string{to, "tcp", "80"})
+		if err := b.rs.Run(ctx, tx); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	tx := &ipset.Transaction{}
+	tx.Del("KUBE-CLUSTER-IP", from+",tcp:80")
+	tx.Add("KUBE-CLUSTER-IP", to+",tcp:80")
+	if err := e.ipset.Apply(ctx, tx); err != nil {
+		t.Fatal(err)
 	}
 }
