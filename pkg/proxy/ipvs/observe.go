@@ -75,9 +75,7 @@ func sameIPs(a, b []net.IP) bool {
 	return true
 }
 
-func (p *Proxier) ourFamily(ip net.IP) bool {
-	return (ip.To4() != nil) == (p.opts.IPFamily == v1.IPv4Protocol)
-}
+func (p *Proxier) ourFamily(ip net.IP) bool { return p.family().Has(ip) }
 
 // family is this proxier's family for the kernel reads that leave the other out.
 func (p *Proxier) family() ipfamily.Family {
@@ -113,7 +111,7 @@ func (p *Proxier) observe(ctx context.Context, ipvsH ipvs.Interface, nl netlink.
 	// Only this family's, so the IPv6 proxier of an IPv4-only node reads no real
 	// server at all.
 	all, err := ipvsH.GetAll(ctx, p.family(), func(vs *ipvs.VirtualServer) bool {
-		return p.ourFamily(vs.Address) && !p.excluded(vs.Address)
+		return !p.excluded(vs.Address)
 	})
 	if err != nil {
 		return nil, fmt.Errorf("listing IPVS virtual servers: %w", err)
@@ -144,9 +142,7 @@ func (p *Proxier) observe(ctx context.Context, ipvsH ipvs.Interface, nl netlink.
 		return nil, fmt.Errorf("listing addresses of %s: %w", netlink.DefaultDummyDevice, err)
 	}
 	for _, a := range addrs {
-		if p.ourFamily(a) {
-			st.addrs.Insert(a.String())
-		}
+		st.addrs.Insert(a.String())
 	}
 	return st, nil
 }

@@ -13,6 +13,7 @@ import (
 	discovery "k8s.io/api/discovery/v1"
 
 	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/conntrack"
+	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/ipfamily"
 	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/ipset"
 	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/iptables"
 	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/ipvs"
@@ -773,5 +774,62 @@ func TestFullSyncReadsOnlyItsFamilysSets(t *testing.T) {
 		if !strings.HasPrefix(name, "KUBE-6-") {
 			t.Errorf("the IPv6 proxier read set %q", name)
 		}
+	}
+}
+
+// familyReads records the family the proxier asks the kernel's reads for.
+type familyReads struct {
+	ipvs.Interface
+	netlink.Handle
+	ipvsAF, addrAF []ipfamily.Family
+}
+
+func (r *familyReads) GetAll(ctx context.Context, af ipfamily.Family, keep func(*ipvs.VirtualServer) bool) ([]ipvs.VirtualServerDump, error) {
+	r.ipvsAF = append(r.ipvsAF, af)
+	return r.Interface.GetAll(ctx, af, keep)
+}
+
+func (r *familyReads) ListBindAddress(ctx context.Context, dev string, af ipfamily.Family) ([]net.IP, error) {
+	r.addrAF = append(r.addrAF, af)
+	return r.Handle.ListBindAddress(ctx, dev, af)
+}
+
+// TestFullSyncReadsOnlyItsFamilysKernelState: the IPv6 proxier asks IPVS and
+// kube-ipvs0 for IPv6 only (the reads leave the other family out), and the IPv4
+// family's virtual servers and addresses it never sees stay as they are.
+func TestFullSyncReadsOnlyItsFamilysKernelState(t *testing.T) {
+	e := newTestEnv(t, v1.IPv6Protocol)
+	ctx := context.Background()
+	vs4 := &ipvs.VirtualServer{Address: net.ParseIP("10.96.0.1"), Protocol: ipvs.TCP, Port: 80, Scheduler: "rr"}
+	if err := e.ipvs.AddVirtualServer(ctx, vs4); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.ipvs.AddRealServer(ctx, vs4, &ipvs.RealServer{Address: net.ParseIP("10.244.1.1"), Port: 80, Weight: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.nl.EnsureDummyDevice(ctx, netlink.DefaultDummyDevice); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.nl.EnsureAddressBind(ctx, net.ParseIP("10.96.0.1"), netlink.DefaultDummyDevice); err != nil {
+		t.Fatal(err)
+	}
+	rec := &familyReads{Interface: e.ipvs, Handle: e.nl}
+	e.p.kernel.IPVS, e.p.kernel.Netlink = rec, rec
+	e.start()
+	e.clock.Step(e.opts.SyncPeriod)
+	e.mustSync() // a periodic resync
+	if len(rec.ipvsAF) < 1 || len(rec.addrAF) < 1 {
+		t.Fatalf("reads: IPVS %v, addresses %v; want the full syncs' reads", rec.ipvsAF, rec.addrAF)
+	}
+	for _, af := range append(rec.ipvsAF, rec.addrAF...) {
+		if af != ipfamily.IPv6 {
+			t.Errorf("the IPv6 proxier read family %d (IPVS %v, addresses %v)", af, rec.ipvsAF, rec.addrAF)
+		}
+	}
+	if d := e.ipvs.Dump() + e.nl.Dump(); !strings.Contains(d, "10.96.0.1:80") || !strings.Contains(d, "-> 10.244.1.1:80") {
+		t.Errorf("the IPv4 family's virtual server or address went:\n%s", d)
+	}
+	if bound, _ := e.nl.ListBindAddress(ctx, netlink.DefaultDummyDevice, ipfamily.IPv4); len(bound) != 1 {
+		t.Errorf("kube-ipvs0's IPv4 addresses %v, want 10.96.0.1 kept", bound)
 	}
 }

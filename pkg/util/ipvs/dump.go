@@ -108,19 +108,16 @@ func parseServiceMessage(b []byte, af uint16) (*libipvs.Service, error) {
 	if nested == nil {
 		return nil, fmt.Errorf("service dump: message without a service")
 	}
-	// The kernel writes the family first (ip_vs_genl_fill_service).
-	for typ, v := range attrs(nested) {
-		if typ == svcAttrAF && len(v) >= 2 && af != 0 && binary.NativeEndian.Uint16(v) != af {
-			return nil, nil
-		}
-		break
-	}
 	svc := &libipvs.Service{}
 	var addr []byte
 	for typ, v := range attrs(nested) {
 		switch {
 		case typ == svcAttrAF && len(v) >= 2:
-			svc.AddressFamily = binary.NativeEndian.Uint16(v)
+			// The kernel writes the family first (ip_vs_genl_fill_service): another
+			// family's virtual server ends here.
+			if svc.AddressFamily = binary.NativeEndian.Uint16(v); af != 0 && svc.AddressFamily != af {
+				return nil, nil
+			}
 		case typ == svcAttrProtocol && len(v) >= 2:
 			svc.Protocol = binary.NativeEndian.Uint16(v)
 		case typ == svcAttrAddr:
