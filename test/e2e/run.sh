@@ -105,8 +105,11 @@ report() {
 	echo "$pass passed, $((fail + skip)) failed ($backend)"
 	if ((fail > 0)); then
 		# CI keeps only the tail of the output, and a failed scenario's dump
-		# (kernel state, daemon logs) follows its failure message: repeat each
-		# failed scenario's own log lines here, first line of each, shortened.
+		# (kernel state, daemon logs) follows its failure message: each failed
+		# scenario's own log lines, shortened, are repeated after every
+		# backend's table (failed_logs), so another pass's output cannot push
+		# them out of the tail.
+		{
 		echo
 		echo "[e2e] what the failed scenarios logged with $backend (last 15 lines each; the full log: $log)"
 		awk '
@@ -117,6 +120,7 @@ report() {
 				for (i = (n[name] > 15 ? n[name] - 14 : 1); i <= n[name]; i++) print "  " line[name, i]
 			}
 		' "$log"
+		} >>"$failed_logs"
 		r=1
 	fi
 	if ((skip > 0)); then
@@ -157,8 +161,11 @@ for backend in $backends; do
 		;;
 	esac
 done
+failed_logs=$(mktemp /tmp/kpi-e2e-failed.XXXXXX)
 for backend in $backends; do
 	[[ -n ${logs[$backend]:-} ]] || continue
 	report "$backend" "${logs[$backend]}" || rc=1
 done
+cat "$failed_logs"
+rm -f "$failed_logs"
 exit "$rc"
