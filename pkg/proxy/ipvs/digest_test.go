@@ -150,11 +150,7 @@ func TestResyncComparesOnlyDisagreeingSets(t *testing.T) {
 			if st.Compared != want {
 				t.Errorf("after drift in KUBE-CLUSTER-IP and kube-ipvs0: %d keys compared, want %d", st.Compared, want)
 			}
-			members := e.setMembers()
-			if backend == "nftables" {
-				members = nftLines(t, e.p.rules.(*nftBackend).rs, "element ")
-			}
-			got := members + e.nl.Dump()
+			got := kernelMembers(t, e) + e.nl.Dump()
 			if !strings.Contains(got, "10.96.0.4") || !strings.Contains(got, "10.96.0.6") || strings.Contains(got, "10.96.8.8") {
 				t.Errorf("drift not repaired:\n%s", got)
 			}
@@ -187,6 +183,15 @@ func digestEnv(t *testing.T, backend string) *testEnv {
 	}
 	e.start(objs...)
 	return e
+}
+
+// kernelMembers is what the kernel's sets hold, for either rules backend.
+func kernelMembers(t *testing.T, e *testEnv) string {
+	t.Helper()
+	if b, ok := e.p.rules.(*nftBackend); ok {
+		return nftLines(t, b.rs, "element ")
+	}
+	return e.setMembers()
 }
 
 // copyApplied copies the key sets of a (the values are shared).

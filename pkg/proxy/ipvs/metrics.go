@@ -35,16 +35,28 @@ func observeSync(family v1.IPFamily, full bool, elapsed time.Duration, stats Syn
 		metrics.SyncFailuresTotal.Inc()
 		return
 	}
-	if stats.DriftCheck {
-		nd := stats.notDrift
-		for subsystem, n := range map[string]int{metrics.SubsystemIPVS: stats.IPVSOps - nd.ipvs, metrics.SubsystemIPSet: stats.IPSetOps - nd.ipset,
-			metrics.SubsystemNetlink: stats.AddressOps - nd.addr, metrics.SubsystemNFTables: stats.NFTablesOps - nd.nft} {
-			if n > 0 {
-				metrics.DriftRepairsTotal.WithLabelValues(subsystem).Add(float64(n))
-			}
-		}
+	for subsystem, n := range stats.driftRepairs() {
+		metrics.DriftRepairsTotal.WithLabelValues(subsystem).Add(float64(n))
 	}
 	metrics.SyncProxyRulesLastTimestamp.WithLabelValues(fam).SetToCurrentTime()
+}
+
+// driftRepairs counts, by subsystem, the writes of a drift-checking full sync that
+// repaired what someone else changed (those it made for changes are not drift); nil
+// for any other sync.
+func (s *SyncStats) driftRepairs() map[string]int {
+	if !s.DriftCheck {
+		return nil
+	}
+	nd := s.notDrift
+	out := map[string]int{}
+	for subsystem, n := range map[string]int{metrics.SubsystemIPVS: s.IPVSOps - nd.ipvs, metrics.SubsystemIPSet: s.IPSetOps - nd.ipset,
+		metrics.SubsystemNetlink: s.AddressOps - nd.addr, metrics.SubsystemNFTables: s.NFTablesOps - nd.nft} {
+		if n > 0 {
+			out[subsystem] = n
+		}
+	}
+	return out
 }
 
 func observeResyncRead(family v1.IPFamily, elapsed time.Duration) {

@@ -505,25 +505,43 @@ func (p *Proxier) syncProxyRules() {
 	// loop instead (resync.go), and the sync after the read ends is the full one.
 	full := p.needFull || p.applied == nil
 	var snap *appliedState
+	var changes SyncStats // a periodic resync's changes, applied before it
+	var err error
 	if !full {
 		if p.resync == nil && start.Sub(p.lastFull) >= p.opts.SyncPeriod {
 			p.startResync()
 		}
-		var err error
-		if snap, err = p.takeResync(); err != nil {
-			p.logger.Error(err, "Failed to read the kernel for a periodic resync; reading it again now")
-			full = true
+		if p.resyncRead() && p.changesPending() {
+			// The changes first, in a partial sync the read's journal notes: the
+			// resync's syncs take no changes, so all they write is drift.
+			changes, err = p.sync(p.ctx, false, nil, true, start)
 		}
-		full = full || snap != nil
+		if err == nil {
+			var rerr error
+			if snap, rerr = p.takeResync(); rerr != nil {
+				p.logger.Error(rerr, "Failed to read the kernel for a periodic resync; reading it again now")
+				full = true
+			}
+			full = full || snap != nil
+		}
 	} else if p.resync != nil {
 		p.dropResync() // the inline read below supersedes it
 	}
-	stats, err := p.sync(p.ctx, full, snap, start)
-	if err == nil && full {
-		p.afterFullSync(&stats) // cleanup_beside.go
-	}
-	if full {
-		stats.Slices, stats.LongestSlice = 1, p.clock.Since(start)
+	var stats SyncStats
+	if err != nil {
+		stats = changes
+	} else {
+		fullStart := p.clock.Now()
+		stats, err = p.sync(p.ctx, full, snap, snap == nil, fullStart)
+		if err == nil && full {
+			p.afterFullSync(&stats) // cleanup_beside.go
+		}
+		if full {
+			stats.Slices, stats.LongestSlice = 1, p.clock.Since(fullStart)
+		}
+		if snap != nil {
+			stats.addChanges(changes)
+		}
 	}
 	if err == nil && p.slicer != nil {
 		var n int
@@ -569,7 +587,13 @@ func (p *Proxier) syncProxyRules() {
 	if full {
 		// Where a full sync's time goes: at scale these are the syncs that cost.
 		p.logger.V(2).Info("Full sync complete", "elapsed", elapsed, "slices", stats.Slices, "longestSlice", stats.LongestSlice,
-			"compared", stats.Compared, "services", stats.Services, "ipvsOps", stats.IPVSOps, "ipsetOps", stats.IPSetOps, "failed", stats.Failed, "phases", stats.phaseList())
+			"compared", stats.Compared, "services", stats.Services, "ipvsOps", stats.IPVSOps, "ipsetOps", stats.IPSetOps,
+			"nftablesOps", stats.NFTablesOps, "addressOps", stats.AddressOps, "failed", stats.Failed, "phases", stats.phaseList())
+		if repairs := stats.driftRepairs(); len(repairs) > 0 {
+			// Someone else changed what we own (or an event was missed): say so once
+			// per resync, beside kubeproxy_ipvs_drift_repairs_total.
+			p.logger.Info("Periodic resync repaired drift", "writes", repairs)
+		}
 	} else if elapsed >= slowPartialSync {
 		// A change's sync should take milliseconds; say where a slow one's time went.
 		p.logger.V(2).Info("Slow partial sync", "elapsed", elapsed, "services", stats.Services,

@@ -13,7 +13,7 @@ import (
 // its own, while syncs go on applying changes; the sync after it ends is the full one.
 //
 // A read that overlaps writes may have seen a key before or after a write. The syncs
-// made during the read note every key they touch in a journal; when the read is taken,
+// made during the read note every key they write in a journal; when the read is taken,
 // those keys get p.applied's value (what the writes left, as far as they succeeded)
 // instead of the read's. Drift on such a key is found by the next resync. Everything
 // else the read saw is as it was, and is repaired as before.
@@ -37,14 +37,25 @@ type journal struct {
 	rewritten sets.Set[string]
 }
 
-// note records the keys a sync touches (nil journal: no read in flight).
-func (j *journal) note(t *touched) {
+// notePlan records the keys a sync's plan writes (nil journal: no read in flight).
+// A key the sync compared but did not write kept its value: the read's is the
+// kernel's, and drift there is repaired by the sync that takes the read.
+func (j *journal) notePlan(pl *syncPlan) {
 	if j == nil {
 		return
 	}
-	j.vs = j.vs.Union(t.vs)
-	j.entries = j.entries.Union(t.entries)
-	j.addrs = j.addrs.Union(t.addrs)
+	for _, c := range pl.sets {
+		j.entries.Insert(c.entry)
+	}
+	for _, a := range pl.binds {
+		j.addrs.Insert(a)
+	}
+	for _, a := range pl.unbinds {
+		j.addrs.Insert(a)
+	}
+	for _, vp := range pl.vs {
+		j.vs.Insert(vp.key)
+	}
 }
 
 func (j *journal) noteVS(k vsKey) {

@@ -11,8 +11,10 @@ import (
 // that comparison alone is about a second, and a change that arrived meanwhile used to
 // wait for all of it. So the comparison is done in slices of resyncSliceKeys keys: the
 // first slice is the full sync (the read taken as the applied state, the backend's
-// programme, the rules), and each further slice is a partial sync that also takes the
-// changes queued since the one before. A change thus waits for at most one slice.
+// programme, the rules), and each further slice is a partial sync, preceded by one
+// that applies the changes queued since the slice before. A change thus waits for at
+// most one slice, and the slices write only drift (the changes' syncs are not counted
+// as repairs).
 //
 // Between slices the partial syncs keep p.applied true to what they write, as always,
 // so a key compared in a later slice is compared against the kernel as it is then: a
@@ -95,16 +97,25 @@ func (p *Proxier) endSlicing() {
 }
 
 // resyncSlices runs the slices after a resync's first one, each a partial sync that
-// also takes the changes queued meanwhile. It adds their stats to total and returns
-// how many ran and the longest, or the error that ended them.
+// compares the next keys, preceded by a partial sync of the changes queued meanwhile
+// (if any). It adds their stats to total and returns how many slices ran and the
+// longest, or the error that ended them.
 func (p *Proxier) resyncSlices(total *SyncStats) (int, time.Duration, error) {
 	n, longest := 0, time.Duration(0)
 	for p.slicer != nil {
 		if p.betweenSlices != nil {
 			p.betweenSlices()
 		}
+		if p.changesPending() {
+			st, err := p.sync(p.ctx, false, nil, true, p.clock.Now())
+			total.addChanges(st)
+			if err != nil {
+				p.endSlicing()
+				return n, longest, err
+			}
+		}
 		start := p.clock.Now()
-		st, err := p.sync(p.ctx, false, nil, start)
+		st, err := p.sync(p.ctx, false, nil, false, start)
 		n++
 		longest = max(longest, p.clock.Since(start))
 		total.addSlice(st)
@@ -116,15 +127,38 @@ func (p *Proxier) resyncSlices(total *SyncStats) (int, time.Duration, error) {
 	return n, longest, nil
 }
 
-// addSlice adds a slice's counts and phase times to a resync's stats. What a slice
-// wrote for the changes it took is not drift.
-func (s *SyncStats) addSlice(st SyncStats) {
-	if st.Services > 0 {
-		s.notDrift.ipvs += st.IPVSOps
-		s.notDrift.ipset += st.IPSetOps
-		s.notDrift.addr += st.AddressOps
-		s.notDrift.nft += st.NFTablesOps
+// changesPending reports whether a change waits to be applied: a Service's, its
+// endpoints', or the node's labels or addresses.
+func (p *Proxier) changesPending() bool {
+	return p.serviceChanges.PendingChanges() > 0 || p.endpointsChanges.PendingChangeCount() > 0 ||
+		p.nodeLabelsChanged || (p.addrWatch && p.addrsChanged.Load())
+}
+
+// resyncRead reports whether a resync read has finished and waits to be taken.
+func (p *Proxier) resyncRead() bool {
+	if p.resync == nil {
+		return false
 	}
+	select {
+	case <-p.resync.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// addChanges adds a sync of changes made during a resync to the resync's stats: what
+// it wrote is not drift.
+func (s *SyncStats) addChanges(st SyncStats) {
+	s.notDrift.ipvs += st.IPVSOps
+	s.notDrift.ipset += st.IPSetOps
+	s.notDrift.addr += st.AddressOps
+	s.notDrift.nft += st.NFTablesOps
+	s.addSlice(st)
+}
+
+// addSlice adds a sync's counts and phase times to a resync's stats.
+func (s *SyncStats) addSlice(st SyncStats) {
 	s.Services += st.Services
 	s.Compared += st.Compared
 	s.IPVSOps += st.IPVSOps

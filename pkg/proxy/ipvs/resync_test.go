@@ -2,6 +2,8 @@ package ipvs
 
 import (
 	"context"
+	"fmt"
+	"maps"
 	"net"
 	"strings"
 	"testing"
@@ -9,6 +11,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 
+	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/proxy/metrics"
 	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/ipfamily"
 	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/ipvs"
 	nft "github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/nftables"
@@ -231,5 +234,71 @@ func TestNFTSetListingsOnTheReaderSocket(t *testing.T) {
 	}
 	if reader.runs != 0 || loop.runs == 0 {
 		t.Errorf("transactions: %d on the reader's socket, %d on the loop's; want all on the loop's", reader.runs, loop.runs)
+	}
+}
+
+// TestChangesTakenWithAResyncAreNotDrift: the changes queued when a periodic resync's
+// read is taken are written, but what they write is not drift: only what someone else
+// changed is counted as repaired (kubeproxy_ipvs_drift_repairs_total), for both rules
+// backends, with and without slices. Drift on a changed Service's own key the change
+// did not write (its cluster IP member) is repaired by the same resync, and counted.
+func TestChangesTakenWithAResyncAreNotDrift(t *testing.T) {
+	for _, backend := range []string{"iptables", "nftables"} {
+		for _, sliceKeys := range []int{0, 3} {
+			t.Run(fmt.Sprintf("%s/slice=%d", backend, sliceKeys), func(t *testing.T) {
+				e := digestEnv(t, backend)
+				e.p.resyncSliceKeys = sliceKeys
+				// A new Service and an endpoint change queued; one real server deleted
+				// and the changed Service's cluster IP member swapped behind our back.
+				e.add(makeService("ns", "new", clusterIP("10.96.0.99"), port("p", v1.ProtocolTCP, 80, 30099)))
+				e.add(makeSlice("ns", "new", "new-1", tcp("p", 80), endpoint("10.244.1.99"), endpoint("10.244.3.99")))
+				e.add(makeSlice("ns", "svc-1", "svc-1-1", tcp("p", 80), endpoint("10.244.1.2"), endpoint("10.244.2.2"), endpoint("10.244.3.2")))
+				vs := &ipvs.VirtualServer{Address: net.ParseIP("10.96.0.3"), Protocol: ipvs.TCP, Port: 80}
+				if err := e.ipvs.DeleteRealServer(context.Background(), vs, &ipvs.RealServer{Address: net.ParseIP("10.244.2.3"), Port: 80}); err != nil {
+					t.Fatal(err)
+				}
+				swapClusterIPMember(t, e, "10.96.0.2", "10.96.8.8")
+				// With slices, a change between two of them is not drift either.
+				between := 0
+				e.p.betweenSlices = func() {
+					if between++; between == 1 {
+						e.add(makeSlice("ns", "svc-5", "svc-5-1", tcp("p", 80), endpoint("10.244.1.6"), endpoint("10.244.3.6")))
+					}
+				}
+				e.clock.Step(e.opts.SyncPeriod)
+				st := e.mustSync()
+				if sliceKeys > 0 && between < 2 {
+					t.Fatalf("%d slices after the first, want several", between)
+				}
+				if !st.Full || !st.DriftCheck || st.Failed != 0 {
+					t.Fatalf("the sync after the sync period: %+v, want a drift-checking full sync without failures", st)
+				}
+				sets := metrics.SubsystemIPSet
+				if backend == "nftables" {
+					sets = metrics.SubsystemNFTables
+				}
+				if got, want := st.driftRepairs(), map[string]int{metrics.SubsystemIPVS: 1, sets: 2}; !maps.Equal(got, want) {
+					t.Errorf("drift repairs %v, want %v (the real server and the member swapped behind our back)", got, want)
+				}
+				if d := kernelMembers(t, e); !strings.Contains(d, "10.96.0.2") || strings.Contains(d, "10.96.8.8") {
+					t.Errorf("the swapped cluster IP member was not repaired:\n%s", d)
+				}
+				d := e.ipvs.Dump()
+				wants := []string{"10.96.0.99:80", "-> 10.244.3.99:80", "-> 10.244.3.2:80", "-> 10.244.2.3:80"}
+				if sliceKeys > 0 {
+					wants = append(wants, "-> 10.244.3.6:80")
+				}
+				for _, want := range wants {
+					if !strings.Contains(d, want) {
+						t.Errorf("%q not programmed:\n%s", want, d)
+					}
+				}
+				// Nothing left to repair.
+				e.clock.Step(e.opts.SyncPeriod)
+				if st := e.mustSync(); !st.Full || len(st.driftRepairs()) != 0 {
+					t.Errorf("the next resync: full %v, drift repairs %v, want none", st.Full, st.driftRepairs())
+				}
+			})
+		}
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
 
+	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/proxy"
 	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/ipset"
 	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/ipvs"
 )
@@ -64,35 +65,47 @@ type conntrackTarget struct {
 //
 // A full sync reads the kernel itself, unless snap holds what a resync read beside the
 // sync loop (already corrected for the writes made meanwhile).
-func (p *Proxier) sync(ctx context.Context, full bool, snap *appliedState, start time.Time) (SyncStats, error) {
+//
+// changes says whether the sync takes the queued changes (of Services, endpoints, the
+// node's labels and addresses). A periodic resync's syncs do not: they compare the
+// kernel with the index, and whatever they write is drift someone else made, while the
+// changes are applied by syncs of their own between them (syncProxyRules, resyncSlices).
+// A partial sync without changes compares the resync's next slice.
+func (p *Proxier) sync(ctx context.Context, full bool, snap *appliedState, changes bool, start time.Time) (SyncStats, error) {
 	var stats SyncStats
 	stats.ops, p.resyncOps = p.resyncOps, [numKernelOps]int{}
 	stats.phase(start, "")
 	now := p.clock.Now()
-	svcResult := p.svcPortMap.Update(p.serviceChanges)
-	for name, ports := range svcResult.Ports {
-		if len(ports) == 0 {
-			delete(p.svcPorts, name)
-		} else {
-			p.svcPorts[name] = ports
+	var svcResult proxy.UpdateServiceMapResult
+	var epResult proxy.UpdateEndpointsMapResult
+	if changes {
+		svcResult = p.svcPortMap.Update(p.serviceChanges)
+		for name, ports := range svcResult.Ports {
+			if len(ports) == 0 {
+				delete(p.svcPorts, name)
+			} else {
+				p.svcPorts[name] = ports
+			}
 		}
+		epResult = p.endpointsMap.Update(p.endpointsChanges)
+		observeChangesApplied()
 	}
-	epResult := p.endpointsMap.Update(p.endpointsChanges)
-	observeChangesApplied()
 
 	// Every Service's desired state is rebuilt at start and after a failure. A periodic
 	// resync (snap) repairs the kernel, not the desired state: that changed only with
 	// the inputs, which every partial sync has followed, so it is rebuilt only when a
 	// node-wide input changed.
-	rebuildAll := (full && snap == nil) || p.nodeLabelsChanged
-	p.bc.nodeLabels = p.nodeLabels
-	p.nodeLabelsChanged = false
+	rebuildAll := (full && snap == nil) || (changes && p.nodeLabelsChanged)
+	if changes {
+		p.bc.nodeLabels = p.nodeLabels
+		p.nodeLabelsChanged = false
+	}
 
 	// Node addresses: NodePort, externalIP and LB decisions depend on them, so a change
 	// rebuilds every Service. With the netlink watch they are read only on full syncs
 	// and after a notification (cleared before the read, so a change during it is
 	// read next time): a partial sync reads nothing from the kernel.
-	if !p.addrWatch || full || p.addrsChanged.Swap(false) {
+	if !p.addrWatch || full || (changes && p.addrsChanged.Swap(false)) {
 		localAddrs, nodePortIPs, err := p.nodeAddresses(ctx, &stats)
 		if err != nil {
 			p.addrsChanged.Store(true)
@@ -114,7 +127,7 @@ func (p *Proxier) sync(ctx context.Context, full bool, snap *appliedState, start
 		for n := range p.svcPorts {
 			changed.Insert(n)
 		}
-	} else {
+	} else if changes {
 		changed = svcResult.UpdatedServices.Union(epResult.UpdatedServices)
 	}
 	p.updateClusterOwners(changed)
@@ -177,7 +190,7 @@ func (p *Proxier) sync(ctx context.Context, full bool, snap *appliedState, start
 		}
 	}
 	if !full {
-		if p.slicer != nil {
+		if p.slicer != nil && !changes {
 			more, n := p.slicer.fill(t)
 			if !more {
 				p.slicer = nil
@@ -190,9 +203,6 @@ func (p *Proxier) sync(ctx context.Context, full bool, snap *appliedState, start
 	}
 	p.dueRetries(now, t)
 	stats.Compared += t.vs.Len() + t.entries.Len() + t.addrs.Len()
-	// A resync read in flight may have seen these keys before or after this sync
-	// writes them: it takes p.applied's word for them (resync.go).
-	p.journal.note(t)
 
 	outRules := p.outFilterRules(p.heldOutRules(now))
 	pl := planSync(&planInput{
@@ -206,6 +216,9 @@ func (p *Proxier) sync(ctx context.Context, full bool, snap *appliedState, start
 		drainTerminating: p.bc.drainTerminating,
 		excluded:         p.excluded,
 	})
+	// A resync read in flight may have seen the keys this sync writes before or after
+	// the write: it takes p.applied's word for them (resync.go).
+	p.journal.notePlan(pl)
 	if p.logger.V(4).Enabled() {
 		p.logger.V(4).Info("Sync plan", "full", full, "writes", pl.writes(), "plan", pl.String())
 	}
@@ -228,7 +241,9 @@ func (p *Proxier) sync(ctx context.Context, full bool, snap *appliedState, start
 	p.cleanConntrack(ctx, ct, full)
 	stats.phase(p.clock.Now(), "health+conntrack")
 	p.publishHeldBack()
-	observeEndpointLatency(p.opts.IPFamily, epResult.LastChangeTriggerTimes)
+	if changes {
+		observeEndpointLatency(p.opts.IPFamily, epResult.LastChangeTriggerTimes)
+	}
 	observeNoLocal(p.opts.IPFamily, p.index.noLocalIntern.Len(), p.index.noLocalExtern.Len())
 	return stats, nil
 }
