@@ -539,9 +539,7 @@ func (p *Proxier) syncProxyRules() {
 		if full {
 			stats.Slices, stats.LongestSlice = 1, p.clock.Since(fullStart)
 		}
-		if snap != nil {
-			stats.addChanges(changes)
-		}
+		stats.addChanges(changes) // nothing when none were applied first
 	}
 	if err == nil && p.slicer != nil {
 		var n int
