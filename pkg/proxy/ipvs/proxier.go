@@ -517,30 +517,28 @@ func (p *Proxier) syncProxyRules() {
 			changes, err = p.sync(p.ctx, false, nil, true, start)
 		}
 		if err == nil {
-			var rerr error
-			if snap, rerr = p.takeResync(); rerr != nil {
+			if s, rerr := p.takeResync(); rerr != nil {
 				p.logger.Error(rerr, "Failed to read the kernel for a periodic resync; reading it again now")
 				full = true
+			} else {
+				snap, full = s, s != nil
 			}
-			full = full || snap != nil
 		}
 	} else if p.resync != nil {
 		p.dropResync() // the inline read below supersedes it
 	}
 	var stats SyncStats
-	if err != nil {
-		stats = changes
-	} else {
-		fullStart := p.clock.Now()
-		stats, err = p.sync(p.ctx, full, snap, snap == nil, fullStart)
+	if err == nil {
+		syncStart := p.clock.Now()
+		stats, err = p.sync(p.ctx, full, snap, snap == nil, syncStart)
 		if err == nil && full {
 			p.afterFullSync(&stats) // cleanup_beside.go
 		}
 		if full {
-			stats.Slices, stats.LongestSlice = 1, p.clock.Since(fullStart)
+			stats.Slices, stats.LongestSlice = 1, p.clock.Since(syncStart)
 		}
-		stats.addChanges(changes) // nothing when none were applied first
 	}
+	stats.addChanges(changes) // nothing when none were applied first
 	if err == nil && p.slicer != nil {
 		var n int
 		var longest time.Duration

@@ -2,6 +2,7 @@ package ipvs
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"net"
@@ -14,6 +15,7 @@ import (
 	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/proxy/metrics"
 	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/ipfamily"
 	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/ipvs"
+	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/netlink"
 	nft "github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/nftables"
 )
 
@@ -300,5 +302,47 @@ func TestChangesTakenWithAResyncAreNotDrift(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// TestResyncChangesSyncFails: when the sync of the changes queued before a resync
+// fails, the failure contract holds as for any sync (no full sync on the read, the next
+// sync reads the kernel itself), and the change is programmed by it.
+func TestResyncChangesSyncFails(t *testing.T) {
+	e := newTestEnv(t, v1.IPv4Protocol)
+	e.start(makeService("ns", "web", clusterIP("10.96.0.1"), port("p", v1.ProtocolTCP, 80, 0)),
+		makeSlice("ns", "web", "w-1", tcp("p", 80), endpoint("10.244.2.1")))
+	var pending func()
+	e.p.goResync = func(f func()) { pending = f }
+	e.clock.Step(e.opts.SyncPeriod)
+	e.mustSync()
+	if pending == nil {
+		t.Fatal("no resync read started")
+	}
+	pending() // the read is done; the next sync takes it
+
+	e.add(makeSlice("ns", "web", "w-1", tcp("p", 80), endpoint("10.244.2.1"), endpoint("10.244.2.2")))
+	e.p.addrsChanged.Store(true) // the changes' sync reads the node's addresses
+	e.nl.InjectError(netlink.OpListLocal, errors.New("injected"))
+	if st := e.sync(); st.Err == nil || st.Full {
+		t.Fatalf("the changes' sync: %+v, want a failed partial sync", st)
+	}
+	if !e.p.needFull || e.p.applied != nil {
+		t.Fatal("a failed sync must forget the applied state and ask for a full sync")
+	}
+	e.nl.InjectError(netlink.OpListLocal, nil)
+	e.ipvs.ResetOps()
+	st := e.mustSync()
+	if !st.Full || st.DriftCheck {
+		t.Errorf("after the failure: %+v, want a full sync that is not a drift check", st)
+	}
+	if ops := e.ipvs.Ops(); ops[ipvs.OpGetAll] != 1 {
+		t.Errorf("ops %v: the full sync must read the kernel itself", ops)
+	}
+	if d := e.ipvs.Dump(); !strings.Contains(d, "-> 10.244.2.2:80") {
+		t.Errorf("the change is not programmed:\n%s", d)
+	}
+	if e.p.resync != nil || e.p.journal != nil {
+		t.Error("the read outlived the failure")
 	}
 }
