@@ -11,6 +11,8 @@ import (
 	"k8s.io/client-go/tools/events"
 	"k8s.io/klog/v2"
 	netutils "k8s.io/utils/net"
+
+	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/ipfamily"
 )
 
 const (
@@ -232,6 +234,7 @@ func (b *servicePortBuilder) loadBalancerSourceRanges() []*net.IPNet {
 			b.invalid(field, s, "invalid CIDR")
 			continue
 		}
+		cidr = ipfamily.CanonicalCIDR(cidr)
 		if cidrFamilyOf(cidr) != b.family || seen.Has(cidr.String()) {
 			continue
 		}
@@ -303,10 +306,12 @@ func ipFamilyOf(ip net.IP) v1.IPFamily {
 	return v1.IPv6Protocol
 }
 
-// cidrFamilyOf classifies by mask length, so an IPv4-mapped IPv6 prefix such as
-// ::ffff:10.0.0.0/104 stays IPv6 (its mask only makes sense there).
+// cidrFamilyOf classifies a CIDR by its address, as upstream does
+// (k8s.io/utils/net.IPFamilyOfCIDR): an IPv4-mapped IPv6 prefix such as
+// ::ffff:198.18.0.0/111 is IPv4, so the IPv6 proxier leaves it out and the IPv4 one
+// programs it in its canonical form (198.18.0.0/15, ipfamily.CanonicalCIDR).
 func cidrFamilyOf(cidr *net.IPNet) v1.IPFamily {
-	if len(cidr.Mask) == net.IPv4len {
+	if ipfamily.OfCIDR(cidr) == ipfamily.IPv4 {
 		return v1.IPv4Protocol
 	}
 	return v1.IPv6Protocol

@@ -33,6 +33,8 @@ func TestLocalDetectorArgs(t *testing.T) {
 		{name: "node CIDR invalid entry skipped", mode: "NodeCIDR", podCIDRs: []string{"10.244.1.0/24 -j ACCEPT", "10.244.2.0/24"}, family: v1.IPv4Protocol, want: []string{"!", "-s", "10.244.2.0/24"}},
 		{name: "node CIDR only invalid", mode: "NodeCIDR", podCIDRs: []string{"10.244.1.0", "not-a-cidr", "10.244.1.0/33"}, family: v1.IPv4Protocol},
 		{name: "node CIDR newline", mode: "NodeCIDR", podCIDRs: []string{"10.244.1.0/24\n-A INPUT -j ACCEPT"}, family: v1.IPv4Protocol},
+		{name: "IPv4-mapped cluster CIDR is IPv4", cluster: "::ffff:10.244.0.0/112", family: v1.IPv4Protocol, want: []string{"!", "-s", "10.244.0.0/16"}},
+		{name: "IPv4-mapped cluster CIDR is not IPv6", cluster: "::ffff:10.244.0.0/112", family: v1.IPv6Protocol},
 		{name: "bridge", mode: "BridgeInterface", bridge: "cbr0", family: v1.IPv4Protocol, want: []string{"!", "-i", "cbr0"}},
 		{name: "prefix", mode: "InterfaceNamePrefix", prefix: "veth", family: v1.IPv6Protocol, want: []string{"!", "-i", "veth+"}},
 	} {

@@ -19,6 +19,7 @@ import (
 	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/proxy/metaproxier"
 	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/proxy/metrics"
 	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/conntrack"
+	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/ipfamily"
 	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/ipset"
 	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/iptables"
 	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/ipvs"
@@ -191,19 +192,27 @@ func parseCIDRs(list []string) ([]*net.IPNet, error) {
 		if err != nil {
 			return nil, fmt.Errorf("invalid CIDR %q: %w", s, err)
 		}
-		out = append(out, c)
+		out = append(out, ipfamily.CanonicalCIDR(c))
 	}
 	return out, nil
 }
 
-func isIPv6CIDR(s string) bool { return strings.Contains(s, ":") }
-
-// familyCIDRs keeps the entries of one family (CIDRs and the "primary" keyword).
+// familyCIDRs keeps the entries of one family (CIDRs and the "primary" keyword),
+// each CIDR in its family's canonical form. A CIDR's family is that of its address,
+// as upstream classifies it: ::ffff:10.0.0.0/104 is the IPv4 10.0.0.0/8.
 func familyCIDRs(list []string, family v1.IPFamily) []string {
 	var out []string
 	for _, s := range list {
-		if s == "primary" || isIPv6CIDR(s) == (family == v1.IPv6Protocol) {
+		if s == "primary" {
 			out = append(out, s)
+			continue
+		}
+		_, c, err := netutils.ParseCIDRSloppy(strings.TrimSpace(s))
+		if err != nil {
+			continue // validation refused it before a proxier was made
+		}
+		if c = ipfamily.CanonicalCIDR(c); (ipfamily.OfCIDR(c) == ipfamily.IPv6) == (family == v1.IPv6Protocol) {
+			out = append(out, c.String())
 		}
 	}
 	return out
@@ -243,7 +252,7 @@ func localDetectorArgs(logger klog.Logger, cfg *v1alpha1.KubeProxyConfiguration,
 				logger.Error(err, "Ignoring an invalid CIDR for local traffic detection", "source", source, "cidr", c, "ipFamily", family)
 				continue
 			}
-			if (n.IP.To4() == nil) == (family == v1.IPv6Protocol) {
+			if n = ipfamily.CanonicalCIDR(n); (ipfamily.OfCIDR(n) == ipfamily.IPv6) == (family == v1.IPv6Protocol) {
 				return n.String()
 			}
 		}
