@@ -92,6 +92,20 @@ func (p *Proxier) dueRetries(now time.Time, t *touched) {
 	}
 }
 
+// withoutRetries takes out of t every key a refusal holds back.
+func (p *Proxier) withoutRetries(t *touched) {
+	for k := range p.retries {
+		switch k.kind {
+		case retryVS:
+			t.vs.Delete(k.vs)
+		case retryEntry:
+			t.entries.Delete(k.entry)
+		case retryAddr:
+			t.addrs.Delete(k.text)
+		}
+	}
+}
+
 // heldOutRules returns the out-filter rules whose retry is not due: they stay out of
 // the iptables text until then, so a refused rule does not cost a bisection per sync.
 func (p *Proxier) heldOutRules(now time.Time) map[string]bool {

@@ -201,7 +201,15 @@ func (p *Proxier) sync(ctx context.Context, full bool, snap *appliedState, chang
 			return stats, err
 		}
 	}
-	p.dueRetries(now, t)
+	if changes {
+		p.dueRetries(now, t)
+	} else {
+		// A periodic resync's syncs write only drift. What a refusal holds back is
+		// retried on its own schedule by the syncs that take changes, so a resync
+		// neither retries it early nor counts the retry as a repair, and its virtual
+		// servers keep waiting in every slice.
+		p.withoutRetries(t)
+	}
 	stats.Compared += t.vs.Len() + t.entries.Len() + t.addrs.Len()
 
 	outRules := p.outFilterRules(p.heldOutRules(now))
