@@ -1,10 +1,12 @@
 package ipvs
 
 import (
+	"fmt"
 	"slices"
 	"sort"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"k8s.io/apimachinery/pkg/types"
 )
@@ -193,14 +195,14 @@ func (p *Proxier) publishHeldBack() {
 	objs := make([]HeldBackObject, 0, len(p.retries))
 	for _, r := range p.retries {
 		counts[r.layer]++
-		objs = append(objs, HeldBackObject{IPFamily: fam, Services: names(r.owners), Object: r.what, Reason: r.layer,
-			Error: r.err.Error(), Attempts: r.attempts, Since: r.since, NextRetry: r.next})
+		objs = append(objs, HeldBackObject{IPFamily: fam, Services: names(r.owners), Object: boundText(r.what), Reason: r.layer,
+			Error: boundText(r.err.Error()), Attempts: r.attempts, Since: r.since, NextRetry: r.next})
 	}
 	for name, refs := range p.refusals {
 		for _, rf := range refs {
 			counts[heldBackInvalid]++
-			objs = append(objs, HeldBackObject{IPFamily: fam, Services: []string{name.String()}, Object: rf.field + " " + rf.value,
-				Reason: heldBackInvalid, Error: rf.reason, Since: rf.since})
+			objs = append(objs, HeldBackObject{IPFamily: fam, Services: []string{name.String()}, Object: boundText(rf.field + " " + rf.value),
+				Reason: heldBackInvalid, Error: boundText(rf.reason), Since: rf.since})
 		}
 	}
 	sort.Slice(objs, func(i, j int) bool {
@@ -215,13 +217,37 @@ func (p *Proxier) publishHeldBack() {
 	p.heldBackView.mu.Unlock()
 }
 
+// maxHeldBackText bounds each text of the held-back list (an object's value comes from
+// an API object and may be as long as the API allows), and maxHeldBackServices the
+// Services one object names.
+const (
+	maxHeldBackText     = 512
+	maxHeldBackServices = 16
+)
+
+// boundText cuts s to maxHeldBackText bytes (at a character boundary) and says so.
+func boundText(s string) string {
+	if len(s) <= maxHeldBackText {
+		return s
+	}
+	cut := maxHeldBackText
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return fmt.Sprintf("%s...[truncated: %d bytes in all]", s[:cut], len(s))
+}
+
 func names(ns []types.NamespacedName) []string {
 	if len(ns) == 0 {
 		return nil
 	}
-	out := make([]string, len(ns))
+	out := make([]string, 0, min(len(ns), maxHeldBackServices+1))
 	for i, n := range ns {
-		out[i] = n.String()
+		if i == maxHeldBackServices {
+			out = append(out, fmt.Sprintf("...[truncated: %d Services in all]", len(ns)))
+			break
+		}
+		out = append(out, n.String())
 	}
 	return out
 }

@@ -3,6 +3,7 @@ package metrics
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"math"
 	"net/http"
@@ -397,6 +398,9 @@ func TestMuxProfiling(t *testing.T) {
 	if rec := get(t, h, http.MethodPut, "/debug/flags/v", "loud"); rec.Code != http.StatusBadRequest {
 		t.Errorf("PUT /debug/flags/v loud: %d, want 400", rec.Code)
 	}
+	if rec := get(t, h, http.MethodPut, "/debug/flags/v", "5"+strings.Repeat(" ", 1<<20)); rec.Code != http.StatusRequestEntityTooLarge {
+		t.Errorf("PUT /debug/flags/v with a 1 MiB body: %d, want 413", rec.Code)
+	}
 	if klog.V(5).Enabled() {
 		t.Fatalf("test needs klog verbosity below 5 to start with")
 	}
@@ -472,6 +476,37 @@ func TestWithHeldBack(t *testing.T) {
 		h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, path, nil))
 		if rec.Code != http.StatusOK || !strings.Contains(rec.Body.String(), want) {
 			t.Errorf("GET %s: %d %q, want 200 with %q", path, rec.Code, rec.Body.String(), want)
+		}
+	}
+}
+
+// TestHeldBackListBounded: however many objects are held back, one answer lists at
+// most MaxHeldBackListed of them and says how many there are and that it left some out.
+func TestHeldBackListBounded(t *testing.T) {
+	for _, n := range []int{0, 3, MaxHeldBackListed, MaxHeldBackListed + 1, 20000} {
+		h := WithHeldBack(http.NotFoundHandler(), func() any {
+			out := make([]map[string]string, n)
+			for i := range out {
+				out[i] = map[string]string{"object": fmt.Sprintf("endpoint %d", i)}
+			}
+			return out
+		})
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, HeldBackPath, nil))
+		var got struct {
+			Total     int                 `json:"total"`
+			Truncated bool                `json:"truncated"`
+			Items     []map[string]string `json:"items"`
+		}
+		if err := json.Unmarshal(rec.Body.Bytes(), &got); err != nil {
+			t.Fatalf("%d objects: %v in %.200q", n, err, rec.Body.String())
+		}
+		listed := min(n, MaxHeldBackListed)
+		if got.Total != n || len(got.Items) != listed || got.Truncated != (n > MaxHeldBackListed) {
+			t.Errorf("%d objects: total %d, %d listed, truncated %v; want %d, %d, %v", n, got.Total, len(got.Items), got.Truncated, n, listed, n > MaxHeldBackListed)
+		}
+		if rec.Body.Len() > 200<<10 {
+			t.Errorf("%d objects: %d bytes", n, rec.Body.Len())
 		}
 	}
 }

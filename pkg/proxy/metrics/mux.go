@@ -2,10 +2,12 @@ package metrics
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"net/http/pprof"
+	"reflect"
 	"strings"
 
 	"k8s.io/component-base/logs"
@@ -79,6 +81,9 @@ func serveHealthz(w http.ResponseWriter, r *http.Request) {
 	_, _ = io.WriteString(w, "ok")
 }
 
+// maxFlagBody caps the body of a PUT to /debug/flags/v: a verbosity is a few digits.
+const maxFlagBody = 64
+
 // putFlagHandler sets a flag from a PUT body, answering as upstream's
 // /debug/flags handlers do (plain text, 400 on a bad value, 406 on other methods).
 func putFlagHandler(set func(string) (string, error)) http.HandlerFunc {
@@ -87,7 +92,12 @@ func putFlagHandler(set func(string) (string, error)) http.HandlerFunc {
 			writePlainText(w, http.StatusNotAcceptable, "unsupported http method")
 			return
 		}
-		body, err := io.ReadAll(r.Body)
+		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxFlagBody))
+		var tooLarge *http.MaxBytesError
+		if errors.As(err, &tooLarge) {
+			writePlainText(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("request body over %d bytes", maxFlagBody))
+			return
+		}
 		if err != nil {
 			writePlainText(w, http.StatusBadRequest, "error reading request body: "+err.Error())
 			return
@@ -113,12 +123,33 @@ func writePlainText(w http.ResponseWriter, code int, text string) {
 // reason, error and next retry. kubeproxy_ipvs_held_back_objects counts them.
 const HeldBackPath = "/debug/kube-proxy-ipvs/held-back"
 
-// WithHeldBack serves HeldBackPath from list and everything else from next.
+// MaxHeldBackListed bounds the objects one answer of HeldBackPath lists; the rest are
+// counted in its "total" and the answer says "truncated".
+const MaxHeldBackListed = 1000
+
+// heldBackAnswer is what HeldBackPath serves.
+type heldBackAnswer struct {
+	// Total is how many objects are held back; Items lists the first
+	// MaxHeldBackListed of them, and Truncated says that some were left out.
+	Total     int  `json:"total"`
+	Truncated bool `json:"truncated"`
+	Items     any  `json:"items"`
+}
+
+// WithHeldBack serves HeldBackPath from list (a slice) and everything else from next.
 func WithHeldBack(next http.Handler, list func() any) http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("/", next)
 	mux.HandleFunc(HeldBackPath, func(w http.ResponseWriter, _ *http.Request) {
-		body, err := json.MarshalIndent(list(), "", "  ")
+		items := list()
+		answer := heldBackAnswer{Items: items}
+		if v := reflect.ValueOf(items); v.Kind() == reflect.Slice {
+			answer.Total = v.Len()
+			if v.Len() > MaxHeldBackListed {
+				answer.Items, answer.Truncated = v.Slice(0, MaxHeldBackListed).Interface(), true
+			}
+		}
+		body, err := json.MarshalIndent(answer, "", "  ")
 		if err != nil {
 			http.Error(w, fmt.Sprintf("error marshaling the held-back list: %v", err), http.StatusInternalServerError)
 			return
