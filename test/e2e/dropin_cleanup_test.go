@@ -57,8 +57,11 @@ func sortedLines(s string) []string {
 // are KUBE-ROUTER-*, KUBE-NWPLCY-*, KUBE-POD-FW-*, KUBE-SRC-*, KUBE-DST-*):
 // `kube-proxy --cleanup` removes exactly upstream's chains (by name, and the
 // per-Service KUBE-SVC-/SEP-/EXT-/SVL-/FW- hash chains), their jump rules and
-// the "ip/ip6 kube-proxy" nftables tables; every foreign chain, rule, set,
-// set member and nftables table survives.
+// the "ip/ip6 kube-proxy" nftables tables, and the virtual servers of upstream's
+// ipvs mode (on kube-ipvs0, a node port on the node's address); every foreign chain,
+// rule, set, set member and nftables table survives, Calico's cali-* chains and a
+// keepalived virtual server on one of the node ports (its VIP held elsewhere)
+// included.
 func TestCleanupKeepsForeignKUBEState(t *testing.T) {
 	defaultBackendOnly(t)
 	dumpOnFailure(t)
@@ -111,6 +114,28 @@ func TestCleanupKeepsForeignKUBEState(t *testing.T) {
 	if strings.Contains(tables, "kube-proxy") || !strings.Contains(tables, "table ip e2e-foreign") {
 		t.Errorf("nftables tables after --cleanup: want no kube-proxy table and \"ip e2e-foreign\" kept:\n%s", tables)
 	}
+	// IPVS: ours (on kube-ipvs0, and a node port on the node's address) gone; the
+	// keepalived virtual server on the same node port, whose VIP is not this node's, kept.
+	vss := guest(t, ctx, "ipvsadm -Sn")
+	wantVS := []string{"-A -t 192.0.2.80:30123 -s wrr", "-a -t 192.0.2.80:30123 -r 10.244.0.250:8080 -m -w 2"}
+	if diff := cmp.Diff(wantVS, sortedLines(vss)); diff != "" {
+		t.Errorf("IPVS after --cleanup (-want +got):\n%s", diff)
+	}
+	// Calico's chains, jumps and set.
+	cali := guest(t, ctx, "iptables-save -t filter | grep cali; iptables-save -t nat | grep cali; ipset list -n | grep cali")
+	for _, want := range []string{
+		":cali-INPUT", ":cali-FORWARD", ":cali-fw-cali1234567890a", ":cali-nat-outgoing",
+		`-A INPUT -m comment --comment "cali:Cz_u1IQiXIMmKD4c" -j cali-INPUT`,
+		`-A FORWARD -m comment --comment "cali:wUHhoiAYhphO9Mso" -j cali-FORWARD`,
+		`-A POSTROUTING -m comment --comment "cali:O3lYWMrLQYEMJtB5" -j cali-nat-outgoing`,
+		"-A cali-fw-cali1234567890a -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT",
+		"--match-set cali40all-ipam-pools src",
+		"cali40all-ipam-pools\n",
+	} {
+		if !strings.Contains(cali+"\n", want) {
+			t.Errorf("Calico's %q is gone after --cleanup:\n%s", want, cali)
+		}
+	}
 	// Leave the node without the foreign state for the next scenarios.
 	guest(t, ctx, `iptables -D INPUT -m comment --comment "kube-router netpol" -j KUBE-ROUTER-INPUT
 iptables -D FORWARD -m comment --comment "kube-router netpol" -j KUBE-ROUTER-FORWARD
@@ -120,5 +145,13 @@ for c in KUBE-ROUTER-INPUT KUBE-ROUTER-FORWARD KUBE-POD-FW-XY3QPEMSFBYW4NXR KUBE
 iptables -t nat -F KUBE-ROUTER-HAIRPIN; iptables -t nat -X KUBE-ROUTER-HAIRPIN
 iptables -t nat -F KUBE-SVC-ROUTERLOOKALIKE; iptables -t nat -X KUBE-SVC-ROUTERLOOKALIKE
 for s in KUBE-SRC-QHFSCNLEDHCOY6AN KUBE-DST-VXGMXAR5CU2IZTVI KUBE-ROUTER-LOCAL-IPS; do ipset destroy $s; done
-nft delete table ip e2e-foreign`)
+nft delete table ip e2e-foreign
+ipvsadm -D -t 192.0.2.80:30123
+iptables -D INPUT -m comment --comment "cali:Cz_u1IQiXIMmKD4c" -j cali-INPUT
+iptables -D FORWARD -m comment --comment "cali:wUHhoiAYhphO9Mso" -j cali-FORWARD
+iptables -t nat -D POSTROUTING -m comment --comment "cali:O3lYWMrLQYEMJtB5" -j cali-nat-outgoing
+for c in cali-INPUT cali-FORWARD cali-fw-cali1234567890a; do iptables -F $c; done
+for c in cali-INPUT cali-FORWARD cali-fw-cali1234567890a; do iptables -X $c; done
+iptables -t nat -F cali-nat-outgoing; iptables -t nat -X cali-nat-outgoing
+ipset destroy cali40all-ipam-pools`)
 }

@@ -243,9 +243,12 @@ func nftSetsAsIPSets(ctx context.Context, r nftables.Ruleset) (map[string]*ipset
 	return out, nil
 }
 
-// cleanupVirtualServers deletes the virtual servers kube-proxy made: those whose
-// address was on kube-ipvs0, whose address:port is in a service set, whose port is a
-// node port of its protocol, and upstream's TEST-NET-2 probe.
+// cleanupVirtualServers deletes the virtual servers kube-proxy made, and only those:
+// address and port both ours. That is an address on kube-ipvs0 (the device is
+// kube-proxy's own), an address:port in a service set, a node port of its protocol on
+// one of the node's own addresses (kube-proxy puts node ports nowhere else: a
+// keepalived VIP held by another node that uses the same port is not ours), and
+// upstream's TEST-NET-2 probe.
 func cleanupVirtualServers(ctx context.Context, k CleanupKernel, all map[string]*ipset.SetWithEntries, exclude []*net.IPNet) []error {
 	var errs []error
 	vss, err := k.IPVS.GetVirtualServers(ctx)
@@ -258,6 +261,18 @@ func cleanupVirtualServers(ctx context.Context, k CleanupKernel, all map[string]
 			for _, a := range addrs {
 				bound.Insert(a.String())
 			}
+		}
+	}
+	// The node's own addresses, where node port virtual servers are made; without
+	// them (no netlink) no node port virtual server can be shown to be ours.
+	local := sets.New[string]()
+	if k.Netlink != nil {
+		addrs, err := k.Netlink.GetLocalAddresses(ctx, netlink.DefaultDummyDevice)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("listing the node's addresses for its node port virtual servers: %w", err))
+		}
+		for _, a := range addrs {
+			local.Insert(a.String())
 		}
 	}
 	servicePorts := sets.New[string]() // "tcp/ip:port"
@@ -294,7 +309,7 @@ func cleanupVirtualServers(ctx context.Context, k CleanupKernel, all map[string]
 		port := strconv.Itoa(int(vs.Port))
 		ours := bound.Has(vs.Address.String()) ||
 			servicePorts.Has(proto+"/"+net.JoinHostPort(vs.Address.String(), port)) ||
-			nodePorts.Has(proto+"/"+port) ||
+			(nodePorts.Has(proto+"/"+port) && local.Has(vs.Address.String())) ||
 			(vs.Address.Equal(net.ParseIP("198.51.100.0")) && vs.Port == 20000)
 		if !ours {
 			continue

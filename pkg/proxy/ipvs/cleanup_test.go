@@ -41,7 +41,10 @@ func TestCleanup(t *testing.T) {
 	// Third-party state that must survive.
 	third := &ipvs.VirtualServer{Address: net.ParseIP("192.168.0.10"), Protocol: "TCP", Port: 8443, Scheduler: "wlc"}
 	excluded := &ipvs.VirtualServer{Address: net.ParseIP("10.200.0.1"), Protocol: "TCP", Port: 30080, Scheduler: "rr"}
-	for _, vs := range []*ipvs.VirtualServer{third, excluded} {
+	// A keepalived VIP that another node holds, on one of our node ports: the port
+	// is ours, the address is not (not on this node).
+	keepalived := &ipvs.VirtualServer{Address: net.ParseIP("192.0.2.80"), Protocol: "TCP", Port: 30080, Scheduler: "wrr"}
+	for _, vs := range []*ipvs.VirtualServer{third, excluded, keepalived} {
 		if err := e.ipvs.AddVirtualServer(ctx, vs); err != nil {
 			t.Fatal(err)
 		}
@@ -122,6 +125,7 @@ table ip cilium
 `, nft.Dump())
 	diff(t, "ipvs", `
 TCP  10.200.0.1:30080 rr
+TCP  192.0.2.80:30080 wrr
 TCP  192.168.0.10:8443 wlc
 `, e.ipvs.Dump())
 	diff(t, "ipsets", `

@@ -90,3 +90,40 @@ nft add table ip kube-proxy
 nft 'add chain ip kube-proxy services { type nat hook prerouting priority -100 ; }'
 nft add table ip6 kube-proxy
 nft add table ip e2e-foreign
+
+# IPVS as upstream's ipvs mode leaves it (removed): a ClusterIP virtual server on
+# kube-ipvs0 and a node port one on the node's own address, its port in
+# KUBE-NODE-PORT-TCP; beside them (kept) a keepalived virtual server on the same
+# port whose VIP another node holds (not an address of this node).
+ipset create KUBE-NODE-PORT-TCP bitmap:port range 0-65535
+ipset add KUBE-NODE-PORT-TCP 30123
+ip link add kube-ipvs0 type dummy
+ip addr add 10.96.123.4/32 dev kube-ipvs0
+ipvsadm -A -t 10.96.123.4:80 -s rr
+ipvsadm -a -t 10.96.123.4:80 -r 10.244.0.251:8080 -m
+ipvsadm -A -t 10.0.2.15:30123 -s rr
+ipvsadm -a -t 10.0.2.15:30123 -r 10.244.0.251:8080 -m
+ipvsadm -A -t 192.0.2.80:30123 -s wrr
+ipvsadm -a -t 192.0.2.80:30123 -r 10.244.0.250:8080 -m -w 2
+
+# Calico (kept): cali-* chains in filter and nat with its jumps from the built-in
+# chains, and an ipset its rules use.
+ipset create cali40all-ipam-pools hash:net family inet
+ipset add cali40all-ipam-pools 10.244.0.0/16
+iptables-restore --noflush <<'RULES'
+*filter
+:cali-INPUT - [0:0]
+:cali-FORWARD - [0:0]
+:cali-fw-cali1234567890a - [0:0]
+-I INPUT 1 -m comment --comment "cali:Cz_u1IQiXIMmKD4c" -j cali-INPUT
+-I FORWARD 1 -m comment --comment "cali:wUHhoiAYhphO9Mso" -j cali-FORWARD
+-A cali-FORWARD -o cali1234567890a -m comment --comment "cali:to-wl-dispatch" -j cali-fw-cali1234567890a
+-A cali-fw-cali1234567890a -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT
+-A cali-INPUT -m comment --comment "cali:msRIDfJRWnYwzW4g" -j ACCEPT
+COMMIT
+*nat
+:cali-nat-outgoing - [0:0]
+-A POSTROUTING -m comment --comment "cali:O3lYWMrLQYEMJtB5" -j cali-nat-outgoing
+-A cali-nat-outgoing -m set --match-set cali40all-ipam-pools src -m set ! --match-set cali40all-ipam-pools dst -j MASQUERADE
+COMMIT
+RULES
