@@ -5,12 +5,17 @@ GO ?= go
 BIN := bin
 export CGO_ENABLED ?= 0
 
-.PHONY: all build test unit integration vmtest e2e soak demo bench lint image deps clean
+.PHONY: all build test unit integration vmtest e2e soak outage demo bench lint image deps clean
 
 all: build
 
+# The version (hack/version.sh: git describe, or v0.0.0-<commits>-g<hash> before
+# the first tag) is stamped into --version and kubernetes_build_info.
+VERSION ?= $(shell hack/version.sh)
+LDFLAGS := $(shell VERSION=$(VERSION) hack/version.sh ldflags)
+
 build:
-	$(GO) build -o $(BIN)/kube-proxy ./cmd/kube-proxy
+	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/kube-proxy ./cmd/kube-proxy
 
 # Everything CI runs: the README's test command.
 test: deps lint unit integration vmtest e2e
@@ -38,6 +43,13 @@ SOAK_DURATION ?= 1h
 soak: build
 	KPI_E2E_RUN='^TestTwoNodeSoak$$' KPI_SOAK_DURATION=$(SOAK_DURATION) KPI_E2E_TIMEOUT=$${KPI_E2E_TIMEOUT:-4h} test/e2e/run.sh
 
+# The apiserver outage scenarios with a long outage: the daemon started without
+# the apiserver, and one running through it under traffic (`make e2e` runs them
+# with KPI_E2E_OUTAGE's default, 90 s).
+OUTAGE ?= 10m
+outage: build
+	KPI_E2E_RUN='^(TestStartWithoutAPIServer|TestLongAPIServerOutageUnderTraffic)$$' KPI_E2E_BACKENDS=iptables KPI_E2E_OUTAGE=$(OUTAGE) test/e2e/run.sh
+
 demo: build
 	test/e2e/demo.sh
 
@@ -48,7 +60,6 @@ lint:
 	hack/lint.sh
 
 IMAGE ?= kube-proxy-ipvs:dev
-VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo v0.0.0-dev)
 
 image:
 	docker build --build-arg VERSION=$(VERSION) -t $(IMAGE) .
