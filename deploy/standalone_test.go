@@ -143,6 +143,13 @@ func TestDaemonSetShape(t *testing.T) {
 	if !spec.HostNetwork || spec.PriorityClassName != "system-node-critical" {
 		t.Errorf("hostNetwork %v priorityClassName %q", spec.HostNetwork, spec.PriorityClassName)
 	}
+	// The daemon must reach the API server without cluster DNS: cluster DNS is a
+	// ClusterIP only this daemon programs, so a rebooted node that resolved the API
+	// server's name through it would never come up. A host-network pod with the
+	// default policy (ClusterFirst, as kubeadm's kube-proxy) uses the node's resolver.
+	if spec.DNSPolicy != "" && spec.DNSPolicy != v1.DNSClusterFirst && spec.DNSPolicy != v1.DNSDefault {
+		t.Errorf("dnsPolicy %q: the API server's name must resolve without cluster DNS (leave it unset, as kubeadm does)", spec.DNSPolicy)
+	}
 	if len(spec.Tolerations) != 1 || spec.Tolerations[0].Operator != v1.TolerationOpExists || spec.Tolerations[0].Key != "" {
 		t.Errorf("tolerations %+v, want a single operator: Exists", spec.Tolerations)
 	}
@@ -356,4 +363,20 @@ func onlyComments(doc []byte) bool {
 		}
 	}
 	return true
+}
+
+// TestDaemonSetYAMLIsTheStandaloneManifest: deploy/daemonset.yaml, the one file a user
+// applies, is the standalone manifest.
+func TestDaemonSetYAMLIsTheStandaloneManifest(t *testing.T) {
+	a, err := os.ReadFile("daemonset.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(standaloneManifest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(a) != string(b) {
+		t.Errorf("deploy/daemonset.yaml differs from deploy/%s: cp deploy/%s deploy/daemonset.yaml", standaloneManifest, standaloneManifest)
+	}
 }
