@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Lint: gofmt (any unformatted file fails), go vet, and staticcheck when it can be
+# Lint: gofmt (any unformatted file fails), go mod tidy, go vet, and staticcheck when it can be
 # fetched through the Go module proxy. Run from anywhere: `make lint`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -18,6 +18,14 @@ if ((${#gofiles[@]})); then
 		echo "$unformatted" >&2
 		status=1
 	fi
+fi
+
+echo ">> go mod tidy -diff"
+# go.mod and go.sum say exactly what the code imports (a direct import is not
+# marked indirect, nothing unused is required).
+if ! "$GO" mod tidy -diff; then
+	echo "go.mod/go.sum are not tidy: run go mod tidy" >&2
+	status=1
 fi
 
 echo ">> go vet ./..."

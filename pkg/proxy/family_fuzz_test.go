@@ -94,7 +94,7 @@ func FuzzAddressFamilyMatchesUpstream(f *testing.F) {
 		}
 
 		// CIDRs (loadBalancerSourceRanges).
-		cidr := fmt.Sprintf("%s/%d", addr, prefix)
+		var cidr string
 		if strings.Contains(addr, ":") {
 			cidr = fmt.Sprintf("%s/%d", addr, prefix%129)
 		} else {
