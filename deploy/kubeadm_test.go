@@ -179,3 +179,42 @@ func TestKubeadmKustomizeChangesOnlyTheImage(t *testing.T) {
 		t.Errorf("overlay's DaemonSet differs from kubeadm's with the image changed (-want +got):\n%s", diff)
 	}
 }
+
+// TestKubeadmExtrasOverlay: deploy/kubeadm-extras is kubeadm's DaemonSet with our
+// image, plus a ConfigMap of its own (kubeadm never rewrites it) whose ipvs.conf is
+// a valid KubeProxyIPVSConfiguration, mounted where --ipvs-config reads it; nothing
+// else of kubeadm's DaemonSet changes.
+func TestKubeadmExtrasOverlay(t *testing.T) {
+	k := loadKubeadmAddon(t)
+	objs := kustomizeBuild(t, "kubeadm-extras")
+	var ds *appsv1.DaemonSet
+	var cm *v1.ConfigMap
+	for _, o := range objs {
+		switch o := o.(type) {
+		case *appsv1.DaemonSet:
+			ds = o
+		case *v1.ConfigMap:
+			cm = o
+		default:
+			t.Errorf("kustomize build kubeadm-extras: unexpected %T", o)
+		}
+	}
+	if ds == nil || cm == nil || len(objs) != 2 {
+		t.Fatalf("kustomize build kubeadm-extras: %d objects, want the DaemonSet and the ConfigMap", len(objs))
+	}
+	if cm.Name == k.cm.Name || cm.Namespace != "kube-system" {
+		t.Errorf("ConfigMap %s/%s: must be kube-system's and not kubeadm's %s", cm.Namespace, cm.Name, k.cm.Name)
+	}
+	if _, err := proxyconfigapi.DecodeExtras([]byte(cm.Data["ipvs.conf"])); err != nil {
+		t.Errorf("ipvs.conf: %v", err)
+	}
+	want := withImage(t, k.ds, "kube-proxy-ipvs:dev")
+	c := &want.Spec.Template.Spec.Containers[0]
+	c.Command = append(c.Command, "--ipvs-config=/var/lib/kube-proxy-ipvs/ipvs.conf")
+	c.VolumeMounts = append(c.VolumeMounts, v1.VolumeMount{Name: "kube-proxy-ipvs-extras", MountPath: "/var/lib/kube-proxy-ipvs", ReadOnly: true})
+	want.Spec.Template.Spec.Volumes = append(want.Spec.Template.Spec.Volumes, v1.Volume{Name: "kube-proxy-ipvs-extras",
+		VolumeSource: v1.VolumeSource{ConfigMap: &v1.ConfigMapVolumeSource{LocalObjectReference: v1.LocalObjectReference{Name: cm.Name}}}})
+	if diff := cmp.Diff(want, ds); diff != "" {
+		t.Errorf("overlay's DaemonSet (-want +got):\n%s", diff)
+	}
+}

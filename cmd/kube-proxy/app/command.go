@@ -157,7 +157,7 @@ func (r *invocation) run(fs *pflag.FlagSet) error {
 	}
 
 	if r.opts.WriteConfigTo != "" {
-		if err := proxyconfigapi.WriteFile(r.opts.WriteConfigTo, cfg); err != nil {
+		if err := proxyconfigapi.WriteFile(r.opts.WriteConfigTo, cfg, r.opts.extras()); err != nil {
 			return err
 		}
 		fmt.Fprintf(r.stdout, "Wrote configuration to %s\n", r.opts.WriteConfigTo)
@@ -178,12 +178,17 @@ func (r *invocation) run(fs *pflag.FlagSet) error {
 // complete resolves the effective configuration: the --config file when given
 // (strictly decoded and defaulted), with every flag set on the command line
 // applied on top; otherwise the defaults with the flags applied.
+//
+// Our own settings come from the --config file's KubeProxyIPVSConfiguration, then
+// the --ipvs-config file, then the flags.
 func (r *invocation) complete(fs *pflag.FlagSet) error {
+	var extras []*proxyconfigapi.Extras
 	if r.opts.ConfigFile != "" {
-		fileCfg, err := proxyconfigapi.LoadFile(r.opts.ConfigFile)
+		fileCfg, fileExtras, err := proxyconfigapi.LoadFileAll(r.opts.ConfigFile)
 		if err != nil {
 			return err
 		}
+		extras = append(extras, fileExtras)
 		// Parse the same command line again, now bound to the file's values, so
 		// that exactly the flags the user gave override the file.
 		over := newOptions(fileCfg, r.opts.featureGate)
@@ -198,6 +203,16 @@ func (r *invocation) complete(fs *pflag.FlagSet) error {
 		}
 		r.opts = over
 		fs = overFS
+	}
+	if r.opts.ExtrasFile != "" {
+		e, err := proxyconfigapi.LoadExtrasFile(r.opts.ExtrasFile)
+		if err != nil {
+			return err
+		}
+		extras = append(extras, e)
+	}
+	for _, e := range extras {
+		r.opts.applyExtras(e, fs)
 	}
 	return r.opts.applyNonConfigFlags(fs)
 }

@@ -2,6 +2,7 @@ package app
 
 import (
 	"bytes"
+	"fmt"
 	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/testing/netns"
 	"os"
 	"path/filepath"
@@ -192,7 +193,7 @@ func TestWriteConfigRoundTrips(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			first := writeConfig(t, args...)
 			tmp := filepath.Join(t.TempDir(), "first.yaml")
-			if err := proxyconfigapi.WriteFile(tmp, first); err != nil {
+			if err := proxyconfigapi.WriteFile(tmp, first, nil); err != nil {
 				t.Fatal(err)
 			}
 			second := writeConfig(t, "--config", tmp)
@@ -398,6 +399,68 @@ func TestRulesBackendFlag(t *testing.T) {
 		}
 		if r.opts.RulesBackend != c.want {
 			t.Errorf("%v: backend %q, want %q", c.args, r.opts.RulesBackend, c.want)
+		}
+	}
+}
+
+// TestExtrasInConfigFiles: our own settings (--ipvs-rules-backend,
+// --ipvs-virtual-server-metrics) are written by --write-config-to as a
+// KubeProxyIPVSConfiguration beside the KubeProxyConfiguration and read back from
+// it, from an --ipvs-config file (which wins over the --config file's document),
+// and a flag given on the command line wins over both.
+func TestExtrasInConfigFiles(t *testing.T) {
+	ours := func(backend string, metrics bool) string {
+		return fmt.Sprintf("apiVersion: kube-proxy-ipvs.io/v1alpha1\nkind: KubeProxyIPVSConfiguration\nrulesBackend: %s\nvirtualServerMetrics: %v\n", backend, metrics)
+	}
+	upstream := "apiVersion: kubeproxy.config.k8s.io/v1alpha1\nkind: KubeProxyConfiguration\nmode: ipvs\n"
+	written := func(args ...string) *proxyconfigapi.Extras {
+		t.Helper()
+		out := filepath.Join(t.TempDir(), "written.yaml")
+		if code, _, stderr := run(t, append(args, "--write-config-to", out)...); code != 0 {
+			t.Fatalf("%v: exit %d: %s", args, code, stderr)
+		}
+		_, e, err := proxyconfigapi.LoadFileAll(out)
+		if err != nil || e == nil || e.VirtualServerMetrics == nil {
+			t.Fatalf("%v: the written file: extras %+v, %v", args, e, err)
+		}
+		return e
+	}
+	check := func(name string, e *proxyconfigapi.Extras, backend string, metrics bool) {
+		t.Helper()
+		if e.RulesBackend != backend || *e.VirtualServerMetrics != metrics {
+			t.Errorf("%s: rulesBackend %q virtualServerMetrics %v, want %q %v", name, e.RulesBackend, *e.VirtualServerMetrics, backend, metrics)
+		}
+	}
+	check("defaults", written(), "iptables", false)
+	check("flags", written("--ipvs-rules-backend=nftables", "--ipvs-virtual-server-metrics"), "nftables", true)
+	both := writeFile(t, "both.yaml", upstream+"---\n"+ours("nftables", true))
+	check("--config document", written("--config", both), "nftables", true)
+	check("flag over --config", written("--config", both, "--ipvs-rules-backend=iptables"), "iptables", true)
+	extrasFile := writeFile(t, "ipvs.yaml", ours("iptables", false))
+	check("--ipvs-config over --config", written("--config", both, "--ipvs-config", extrasFile), "iptables", false)
+	check("--ipvs-config alone", written("--ipvs-config", writeFile(t, "ipvs2.yaml", ours("nftables", false))), "nftables", false)
+	check("flag over --ipvs-config", written("--ipvs-config", extrasFile, "--ipvs-virtual-server-metrics=true"), "iptables", true)
+
+	// What --write-config-to wrote goes back through --config unchanged.
+	first := filepath.Join(t.TempDir(), "first.yaml")
+	if code, _, stderr := run(t, "--ipvs-rules-backend=nftables", "--write-config-to", first); code != 0 {
+		t.Fatal(stderr)
+	}
+	check("round trip", written("--config", first), "nftables", false)
+
+	// Bad files stop the daemon with one line naming the file and the field.
+	for name, tc := range map[string]struct {
+		args []string
+		want string
+	}{
+		"unknown field": {[]string{"--ipvs-config", writeFile(t, "bad1.yaml", ours("iptables", false)+"rulesbackend: x\n")}, `unknown field "rulesbackend"`},
+		"bad backend":   {[]string{"--config", writeFile(t, "bad2.yaml", upstream+"---\n"+ours("ebpf", false))}, `rulesBackend "ebpf"`},
+		"two documents": {[]string{"--ipvs-config", writeFile(t, "bad3.yaml", ours("iptables", false)+"---\n"+ours("iptables", false))}, "2 documents"},
+		"missing file":  {[]string{"--ipvs-config", filepath.Join(t.TempDir(), "absent.yaml")}, "absent.yaml"},
+	} {
+		code, _, stderr := run(t, tc.args...)
+		if code != 1 || !strings.Contains(stderr, tc.want) {
+			t.Errorf("%s: exit %d, stderr %q; want exit 1 with %q", name, code, stderr, tc.want)
 		}
 	}
 }

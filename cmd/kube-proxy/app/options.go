@@ -17,8 +17,11 @@ import (
 // Options holds the command line of one invocation: the configuration the flags
 // write into, plus the flags that are not part of KubeProxyConfiguration.
 type Options struct {
-	// ConfigFile is --config: a KubeProxyConfiguration file.
+	// ConfigFile is --config: a KubeProxyConfiguration file, optionally followed by
+	// a KubeProxyIPVSConfiguration document (our own settings).
 	ConfigFile string
+	// ExtrasFile is --ipvs-config: a KubeProxyIPVSConfiguration file (ours).
+	ExtrasFile string
 	// WriteConfigTo is --write-config-to: write the effective config and exit.
 	WriteConfigTo string
 	// CleanupAndExit is --cleanup.
@@ -62,6 +65,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 
 	fs.StringVar(&o.ConfigFile, "config", o.ConfigFile, "The path to the configuration file (a kubeproxy.config.k8s.io/v1alpha1 KubeProxyConfiguration). Flags given on the command line override its values.")
 	fs.StringVar(&o.WriteConfigTo, "write-config-to", o.WriteConfigTo, "If set, write the effective configuration values to this file and exit.")
+	fs.StringVar(&o.ExtrasFile, "ipvs-config", o.ExtrasFile, "The path to a file holding one kube-proxy-ipvs.io/v1alpha1 KubeProxyIPVSConfiguration: this daemon's own settings (rulesBackend, virtualServerMetrics), which a --config file may also hold as a second document; this file's values win over that document's, and flags given on the command line over both. Not an upstream flag.")
 	fs.BoolVar(&o.CleanupAndExit, "cleanup", o.CleanupAndExit, "If true cleanup iptables and ipvs rules and exit.")
 	fs.BoolVar(&o.InitAndExit, "init-only", o.InitAndExit, "If true, perform any initialization steps that must be done with full root privileges, and then exit. After doing this, you can run kube-proxy again with only the CAP_NET_ADMIN capability.")
 
@@ -126,6 +130,29 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	_ = fs.MarkDeprecated("metrics-port", "This flag is deprecated and will be removed in a future release. Please use --metrics-bind-address instead.")
 
 	logsapi.AddFlags(&c.Logging, fs)
+}
+
+// applyExtras sets our own settings from a KubeProxyIPVSConfiguration, except those
+// whose flag was given on the command line.
+func (o *Options) applyExtras(e *proxyconfigapi.Extras, fs *pflag.FlagSet) {
+	if e == nil {
+		return
+	}
+	if e.RulesBackend != "" && !fs.Changed("ipvs-rules-backend") {
+		o.RulesBackend = e.RulesBackend
+	}
+	if e.VirtualServerMetrics != nil && !fs.Changed("ipvs-virtual-server-metrics") {
+		o.VirtualServerMetrics = *e.VirtualServerMetrics
+	}
+}
+
+// extras returns our own settings as the KubeProxyIPVSConfiguration
+// --write-config-to writes beside the KubeProxyConfiguration.
+func (o *Options) extras() *proxyconfigapi.Extras {
+	e := proxyconfigapi.NewExtras()
+	e.RulesBackend = o.RulesBackend
+	e.VirtualServerMetrics = &o.VirtualServerMetrics
+	return e
 }
 
 // applyNonConfigFlags folds the flags that are not KubeProxyConfiguration fields

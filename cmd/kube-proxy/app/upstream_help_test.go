@@ -97,6 +97,7 @@ Flags:
 var ourOwnFlags = map[string]string{
 	"ipvs-virtual-server-metrics": "per-Service IPVS counters, README 'Where we deliberately differ'",
 	"ipvs-rules-backend":          "the nftables rules backend, docs/ARCHITECTURE.md (issue 16)",
+	"ipvs-config":                 "our own settings in a KubeProxyIPVSConfiguration file, README Flags and configuration",
 }
 
 // TestFlagDefaultsMatchUpstreamHelp compares every flag of our --help with

@@ -258,7 +258,7 @@ func TestEncodeDecodeRoundTrip(t *testing.T) {
 			}
 		}
 		out := filepath.Join(t.TempDir(), "config.yaml")
-		if err := WriteFile(out, cfg); err != nil {
+		if err := WriteFile(out, cfg, nil); err != nil {
 			t.Fatal(err)
 		}
 		back, err := LoadFile(out)

@@ -26,18 +26,12 @@ func init() {
 
 var kubeProxyConfigurationGVK = v1alpha1.SchemeGroupVersion.WithKind("KubeProxyConfiguration")
 
-// LoadFile reads, strictly decodes and defaults a KubeProxyConfiguration file.
-// Every error names the file.
+// LoadFile reads, strictly decodes and defaults the KubeProxyConfiguration of a
+// --config file (LoadFileAll; a KubeProxyIPVSConfiguration beside it is checked and
+// left out). Every error names the file.
 func LoadFile(path string) (*v1alpha1.KubeProxyConfiguration, error) {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return nil, fmt.Errorf("reading config file: %w", err)
-	}
-	cfg, err := Decode(data)
-	if err != nil {
-		return nil, fmt.Errorf("config file %s: %w", path, err)
-	}
-	return cfg, nil
+	cfg, _, err := LoadFileAll(path)
+	return cfg, err
 }
 
 // Decode strictly decodes a YAML or JSON KubeProxyConfiguration and applies the
@@ -73,9 +67,9 @@ func Encode(cfg *v1alpha1.KubeProxyConfiguration) ([]byte, error) {
 	return buf.Bytes(), nil
 }
 
-// WriteFile writes cfg as YAML to path.
-func WriteFile(path string, cfg *v1alpha1.KubeProxyConfiguration) error {
-	data, err := Encode(cfg)
+// WriteFile writes cfg, and extras unless it is nil, as YAML to path (EncodeAll).
+func WriteFile(path string, cfg *v1alpha1.KubeProxyConfiguration, extras *Extras) error {
+	data, err := EncodeAll(cfg, extras)
 	if err != nil {
 		return err
 	}
