@@ -68,8 +68,12 @@ func (s *ProxyServer) Run(ctx context.Context) error {
 		if s.HeldBack != nil {
 			handler = proxymetrics.WithHeldBack(handler, s.HeldBack)
 		}
+		var streams []httpserver.Stream
+		if cfg.EnableProfiling {
+			streams = httpserver.PprofStreams
+		}
 		run := func(ctx context.Context) error {
-			return serveHTTP(ctx, cfg.MetricsBindAddress, handler, httpserver.DefaultLimits)
+			return serveHTTP(ctx, cfg.MetricsBindAddress, handler, httpserver.DefaultLimits, streams...)
 		}
 		go s.serve(ctx, "metrics", cfg.MetricsBindAddress, run, errCh)
 	}
@@ -160,15 +164,17 @@ func (s *ProxyServer) serve(ctx context.Context, name, addr string, run func(con
 	}
 }
 
-// serveHTTP serves handler on addr until ctx ends, with limits on slow and idle
-// clients, header size and concurrent connections.
-func serveHTTP(ctx context.Context, addr string, handler http.Handler, limits httpserver.Limits) error {
+// serveHTTP serves handler on addr until ctx ends, with limits on slow, idle and
+// never-reading clients, header size and the connections a source and all hold.
+// A request to one of streams (the pprof profiles when profiling is enabled) may
+// write for as long as it asks.
+func serveHTTP(ctx context.Context, addr string, handler http.Handler, limits httpserver.Limits, streams ...httpserver.Stream) error {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return fmt.Errorf("listening: %w", err)
 	}
 	ln = httpserver.Limit(ln, limits)
-	srv := httpserver.New(handler, limits)
+	srv := httpserver.New(handler, limits, streams...)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)

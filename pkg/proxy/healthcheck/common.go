@@ -30,8 +30,10 @@ type httpServer interface {
 	Close() error
 }
 
-// stdNetListener listens for real, serving at most limits.MaxConnections
-// connections at once per listener (the zero value: httpserver.DefaultLimits).
+// stdNetListener listens for real, accepting every connection at once and
+// shedding others so that one source, or all, hold no more than limits allow
+// per listener (the zero value: httpserver.DefaultLimits): a flood of
+// connections cannot keep a load balancer's or kubelet's probe waiting.
 type stdNetListener struct {
 	limits httpserver.Limits
 }
@@ -46,8 +48,9 @@ func (s stdNetListener) Listen(ctx context.Context, network, addr string) (net.L
 }
 
 // stdHTTPServerFactory builds http.Servers with the timeouts and header cap of
-// limits (the zero value: httpserver.DefaultLimits), so a slow or idle client is
-// dropped (upstream sets none of them).
+// limits (the zero value: httpserver.DefaultLimits), so a slow, idle or
+// never-reading client is dropped (upstream sets none of them), and whose
+// connection states tell a stdNetListener what to shed.
 type stdHTTPServerFactory struct {
 	limits httpserver.Limits
 }

@@ -1,8 +1,11 @@
 package httpserver
 
-// Addresses: 127.0.0.1 only (real listeners on port 0).
+// Addresses: servers listen on 127.0.0.1 (port 0); clients connect from
+// 127.0.0.1-127.0.0.9, which Linux routes to lo. Only the table tests use
+// 10.0.0.0/24, in fake connections that never reach a socket.
 
 import (
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -14,44 +17,74 @@ import (
 )
 
 var testLimits = Limits{
-	ReadHeaderTimeout: 500 * time.Millisecond,
-	IdleTimeout:       500 * time.Millisecond,
-	MaxHeaderBytes:    1 << 10,
-	MaxConnections:    3,
+	ReadHeaderTimeout:       500 * time.Millisecond,
+	IdleTimeout:             500 * time.Millisecond,
+	MaxHeaderBytes:          1 << 10,
+	WriteTimeout:            500 * time.Millisecond,
+	MaxConnectionsPerSource: 3,
+	MaxConnections:          8,
 }
 
-func serve(t *testing.T, limits Limits) string {
+// floodLimits keep flooding connections open for the length of a test, so that
+// only the caps close them.
+var floodLimits = Limits{
+	ReadHeaderTimeout:       10 * time.Second,
+	IdleTimeout:             10 * time.Second,
+	MaxHeaderBytes:          1 << 10,
+	WriteTimeout:            10 * time.Second,
+	MaxConnectionsPerSource: 3,
+	MaxConnections:          8,
+}
+
+// okOrBig answers "ok", or 1 MiB on /big (enough to block a client that does
+// not read).
+var okOrBig = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	if r.URL.Path == "/big" {
+		_, _ = w.Write(make([]byte, 1<<20))
+		return
+	}
+	_, _ = io.WriteString(w, "ok")
+})
+
+// serve serves handler on 127.0.0.1 with limits, as the daemon does, and
+// returns its address and the table of its listener.
+func serve(t *testing.T, limits Limits, handler http.Handler, streams ...Stream) (string, *connTable) {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := New(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok") }), limits)
-	go func() { _ = srv.Serve(Limit(l, limits)) }()
+	limited := Limit(l, limits)
+	srv := New(handler, limits, streams...)
+	go func() { _ = srv.Serve(limited) }()
 	t.Cleanup(func() { _ = srv.Close() })
-	return l.Addr().String()
+	var table *connTable
+	if ll, ok := limited.(*Listener); ok {
+		table = ll.table
+	}
+	return l.Addr().String(), table
 }
 
 func TestDefaultLimitsAreSet(t *testing.T) {
 	srv := New(http.NotFoundHandler(), DefaultLimits)
-	if srv.ReadHeaderTimeout != 10*time.Second || srv.IdleTimeout != time.Minute || srv.MaxHeaderBytes != 16<<10 {
-		t.Errorf("server limits %v %v %v", srv.ReadHeaderTimeout, srv.IdleTimeout, srv.MaxHeaderBytes)
+	if srv.ReadHeaderTimeout != 10*time.Second || srv.IdleTimeout != time.Minute || srv.MaxHeaderBytes != 16<<10 || srv.ConnState == nil {
+		t.Errorf("server limits %v %v %v, ConnState set %v", srv.ReadHeaderTimeout, srv.IdleTimeout, srv.MaxHeaderBytes, srv.ConnState != nil)
 	}
-	if DefaultLimits.MaxConnections != 100 {
-		t.Errorf("MaxConnections %d", DefaultLimits.MaxConnections)
+	if h, ok := srv.Handler.(*guardedHandler); !ok || h.writeTimeout != time.Minute || h.gate == nil || h.gate.max != 4 {
+		t.Errorf("handler %#v, want a write deadline and a request gate", srv.Handler)
+	}
+	if d := DefaultLimits; d.WriteTimeout != time.Minute || d.MaxConnectionsPerSource != 32 || d.MaxConnections != 512 {
+		t.Errorf("WriteTimeout %v MaxConnectionsPerSource %d MaxConnections %d", d.WriteTimeout, d.MaxConnectionsPerSource, d.MaxConnections)
 	}
 }
 
 func TestSlowClientIsDisconnected(t *testing.T) {
-	httpservertest.SlowClientDisconnected(t, serve(t, testLimits), testLimits.ReadHeaderTimeout+2*time.Second)
-}
-
-func TestConnectionCapHolds(t *testing.T) {
-	httpservertest.ConnectionCap(t, serve(t, testLimits), "/", testLimits.MaxConnections, testLimits.ReadHeaderTimeout)
+	addr, _ := serve(t, testLimits, okOrBig)
+	httpservertest.SlowClientDisconnected(t, addr, testLimits.ReadHeaderTimeout+2*time.Second)
 }
 
 func TestHugeHeadersRefused(t *testing.T) {
-	addr := serve(t, testLimits)
+	addr, _ := serve(t, testLimits, okOrBig)
 	req, _ := http.NewRequest(http.MethodGet, "http://"+addr+"/", nil)
 	// net/http allows MaxHeaderBytes plus 4 KiB of slack.
 	req.Header.Set("X-Big", strings.Repeat("a", 8<<10))
@@ -66,7 +99,7 @@ func TestHugeHeadersRefused(t *testing.T) {
 }
 
 func TestIdleConnectionClosed(t *testing.T) {
-	addr := serve(t, testLimits)
+	addr, _ := serve(t, testLimits, okOrBig)
 	conn, err := net.DialTimeout("tcp", addr, 5*time.Second)
 	if err != nil {
 		t.Fatal(err)
@@ -94,6 +127,33 @@ func TestLimitZeroIsUnlimited(t *testing.T) {
 	}
 	defer l.Close()
 	if Limit(l, Limits{}) != l {
-		t.Error("MaxConnections 0 wrapped the listener")
+		t.Error("no caps, and the listener was wrapped")
+	}
+}
+
+// TestFreshClientNotDelayed: whatever one source holds open (more than the caps
+// allow), a fresh client from another source is answered at once, and the
+// source is left with at most its cap of connections.
+func TestFreshClientNotDelayed(t *testing.T) {
+	for _, flood := range []httpservertest.Flood{
+		{Source: "127.0.0.1", Idle: 100},
+		{Source: "127.0.0.1", Headers: 100},
+		{Source: "127.0.0.1", SlowReader: 50},
+		{Source: "127.0.0.1", Idle: 30, Headers: 30, SlowReader: 30},
+	} {
+		t.Run(fmt.Sprintf("idle=%d,headers=%d,slow=%d", flood.Idle, flood.Headers, flood.SlowReader), func(t *testing.T) {
+			addr, table := serve(t, floodLimits, okOrBig)
+			path := "/"
+			if flood.SlowReader > 0 {
+				path = "/big"
+			}
+			held := httpservertest.FreshClientServed(t, addr, path, flood, "127.0.0.2", 10)
+			if held > floodLimits.MaxConnectionsPerSource {
+				t.Errorf("the flooding source still holds %d connections, cap %d", held, floodLimits.MaxConnectionsPerSource)
+			}
+			if n := table.openConns(); n > floodLimits.MaxConnectionsPerSource {
+				t.Errorf("the server holds %d connections, want at most %d (one source's cap; the probes are closed)", n, floodLimits.MaxConnectionsPerSource)
+			}
+		})
 	}
 }
