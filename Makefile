@@ -23,8 +23,11 @@ test: deps lint unit integration vmtest e2e
 deps:
 	hack/install-deps.sh
 
+# deploy/monitoring is a module of its own (Prometheus' parsers check the alert rules
+# and the dashboard against the metrics the daemon registers).
 unit:
 	$(GO) test -count=1 ./...
+	cd deploy/monitoring && $(GO) test -count=1 ./...
 
 # Real ipset/iptables/conntrack in throwaway network namespaces (root).
 integration:
