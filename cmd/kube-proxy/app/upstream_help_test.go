@@ -2,6 +2,7 @@ package app
 
 import (
 	"bufio"
+	"bytes"
 	"os"
 	"regexp"
 	"strings"
@@ -131,4 +132,76 @@ func TestFlagDefaultsMatchUpstreamHelp(t *testing.T) {
 			t.Errorf("--%s: ours only, and not listed in ourOwnFlags", name)
 		}
 	}
+}
+
+// ourHelpTexts are the flags whose help text differs from upstream's on purpose
+// (after upstream's "This parameter is ignored if a config file is specified by
+// --config.", which is not true here: a flag given on the command line overrides the
+// file), with the reason.
+var ourHelpTexts = map[string]string{
+	"config":               "says what the file is and that flags override it",
+	"proxy-mode":           "this daemon implements the ipvs mode only",
+	"feature-gates":        "lists the gates kube-proxy reads; every Kubernetes gate name is accepted (README)",
+	"detect-local-mode":    "names the modes",
+	"write-config-to":      "writes the effective configuration (flags and file), as upstream does, whatever its text says",
+	"metrics-bind-address": "says that empty disables the server, as upstream behaves",
+	"healthz-bind-address": "says that empty disables the server, as upstream behaves",
+}
+
+// TestHelpTextsMatchUpstream: every flag upstream has is described with upstream's
+// words, except those in ourHelpTexts.
+func TestHelpTextsMatchUpstream(t *testing.T) {
+	upstreamText, err := os.ReadFile(upstreamHelpFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ours bytes.Buffer
+	if err := NewProxyCommand([]string{"--help"}, &ours, &ours).Execute(); err != nil {
+		t.Fatal(err)
+	}
+	ignored := regexp.MustCompile(` ?This parameter is ignored if a config file is specified by --config\.`)
+	up, our := usageTexts(string(upstreamText)), usageTexts(ours.String())
+	for name, text := range up {
+		text = ignored.ReplaceAllString(text, "")
+		switch differs := our[name] != text; {
+		case differs && ourHelpTexts[name] == "":
+			t.Errorf("--%s: help differs from upstream's without a reason in ourHelpTexts:\n  upstream: %s\n  ours:     %s", name, text, our[name])
+		case !differs && ourHelpTexts[name] != "":
+			t.Errorf("--%s: listed in ourHelpTexts but says what upstream says", name)
+		}
+	}
+}
+
+// usageTexts reads --help output into each flag's usage text, white space folded
+// and pflag's "(default ...)" left out.
+func usageTexts(text string) map[string]string {
+	out := map[string]string{}
+	var name string
+	var b strings.Builder
+	flush := func() {
+		if name != "" {
+			u := strings.Join(strings.Fields(b.String()), " ")
+			if i := strings.LastIndex(u, " (default "); i >= 0 && strings.HasSuffix(u, ")") {
+				u = u[:i]
+			}
+			out[name] = u
+		}
+		name = ""
+		b.Reset()
+	}
+	for _, line := range strings.Split(text, "\n") {
+		if m := flagLine.FindStringSubmatch(line); m != nil {
+			flush()
+			name = m[1]
+			b.WriteString(m[3])
+			continue
+		}
+		if strings.TrimSpace(line) == "" || !strings.HasPrefix(line, " ") {
+			flush()
+			continue
+		}
+		b.WriteString(" " + strings.TrimSpace(line))
+	}
+	flush()
+	return out
 }
