@@ -51,6 +51,7 @@ func DecodeAll(data []byte) (*v1alpha1.KubeProxyConfiguration, *Extras, error) {
 	for i, doc := range docs {
 		var tm metav1.TypeMeta
 		if err := yaml.Unmarshal(doc, &tm); err != nil {
+			_, err = Decode(doc) // says what upstream's decoder says of it
 			return nil, nil, fmt.Errorf("document %d: %w", i+1, err)
 		}
 		switch {
@@ -71,6 +72,10 @@ func DecodeAll(data []byte) (*v1alpha1.KubeProxyConfiguration, *Extras, error) {
 				return nil, nil, fmt.Errorf("document %d: %w", i+1, err)
 			}
 		}
+	}
+	if len(docs) == 0 {
+		_, err := Decode(nil) // "empty configuration: ..."
+		return nil, nil, err
 	}
 	if cfg == nil {
 		return nil, nil, fmt.Errorf("no KubeProxyConfiguration: apiVersion %s and kind KubeProxyConfiguration are required", v1alpha1.SchemeGroupVersion)
