@@ -6,7 +6,6 @@ import (
 	"net"
 	"strings"
 
-	"golang.org/x/sys/unix"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/klog/v2"
 	"k8s.io/kube-proxy/config/v1alpha1"
@@ -18,19 +17,17 @@ import (
 	ipvsproxy "github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/proxy/ipvs"
 	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/proxy/metaproxier"
 	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/proxy/metrics"
-	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/conntrack"
 	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/ipfamily"
-	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/ipset"
 	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/iptables"
 	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/ipvs"
-	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/kernel"
 	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/netlink"
 	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/nftables"
 )
 
 // createProxier builds the ipvs proxier (one per family in s.IPFamilies behind a
-// meta-proxier when dual-stack) over the real kernel interfaces. Its SyncLoop returns
-// when ctx ends.
+// meta-proxier when dual-stack) over the real kernel interfaces, opened by the first
+// call and shared by the proxiers built after it (s.handles). Its SyncLoop returns
+// when ctx ends. It sets s.HeldBack, s.virtualServerStats and s.releaseProxier.
 func createProxier(ctx context.Context, s *ProxyServer) (proxy.Provider, error) {
 	logger := klog.FromContext(ctx)
 	cfg := s.Config
@@ -52,43 +49,12 @@ func createProxier(ctx context.Context, s *ProxyServer) (proxy.Provider, error) 
 			return nil, err
 		}
 	}
-	nftRules, err := openNFTRules(ctx, logger, nftBackend, exec)
-	if err != nil {
-		return nil, err
-	}
-	ipvsHandle, err := ipvs.New("")
-	if err != nil {
-		return nil, fmt.Errorf("the ipvs proxy mode needs IPVS in the kernel: %w", err)
-	}
-	if err := ipvsproxy.CanUseIPVS(ctx, ipvsHandle, cfg.IPVS.Scheduler); err != nil {
-		return nil, err
-	}
-	nl, err := netlink.New()
-	if err != nil {
-		return nil, fmt.Errorf("opening rtnetlink: %w", err)
-	}
-	var ipsetHandle ipset.Interface
-	if _, err := exec.LookPath("ipset"); err == nil || !nftBackend {
-		// Small batches of member changes go over netlink, not through a process.
-		if ipsetHandle, err = ipset.NewNetlink(exec); err != nil {
-			logger.Error(err, "Writing ipset members with `ipset restore` only")
-			ipsetHandle = ipset.New(exec)
+	if s.handles == nil {
+		if s.handles, err = openProxierHandles(ctx, logger, cfg.IPVS.Scheduler, nftBackend, exec); err != nil {
+			return nil, err
 		}
 	}
-	// Upstream's nftables mode keeps its rules in tables the proxiers remove once
-	// they have synced (a node switched from that mode).
-	var nft nftables.Interface
-	if _, err := exec.LookPath("nft"); err == nil {
-		nft = nftables.New(exec)
-	} else {
-		logger.Info("nft is not installed; tables of upstream's nftables mode, if any, are left in place")
-	}
-	kernelRelease := ""
-	if v, err := kernel.ReadVersion(kernel.DefaultRoot); err == nil {
-		kernelRelease = v.String()
-	} else {
-		logger.Error(err, "Failed to read the kernel version; assuming a current kernel")
-	}
+	h := s.handles
 	excludeCIDRs, err := parseCIDRs(cfg.IPVS.ExcludeCIDRs)
 	if err != nil {
 		return nil, err
@@ -100,28 +66,19 @@ func createProxier(ctx context.Context, s *ProxyServer) (proxy.Provider, error) 
 
 	proxiers := map[v1.IPFamily]proxy.Provider{}
 	var all []*ipvsproxy.Proxier
+	var healthServers []healthcheck.ServiceHealthServer
 	for _, family := range s.IPFamilies {
 		var ipt iptables.Interface
 		if !nftBackend || len(missingTools(familyTools(mode, family), exec.LookPath)) == 0 {
 			ipt = iptables.New(exec, iptablesProtocol(family), mode)
 		}
-		af := uint8(unix.AF_INET)
-		if family == v1.IPv6Protocol {
-			af = unix.AF_INET6
-		}
-		var ct conntrack.Interface
-		if c, err := conntrack.New(af); err == nil {
-			ct = c
-		} else {
-			logger.Error(err, "Conntrack is not available; stale UDP flows will only expire", "ipFamily", family)
-		}
-		var serviceHealth ipvsproxy.ServiceHealthServer
 		listenIPs := nodePortListenIPs(s.NodePortAddresses, family)
 		var hz ipvsproxy.HealthzUpdater
 		if s.HealthzServer != nil {
 			hz = s.HealthzServer
 		}
-		serviceHealth = healthcheck.NewServiceHealthServerForFamily(s.NodeName, s.Recorder, family, listenIPs, s.HealthzServer)
+		serviceHealth := healthcheck.NewServiceHealthServerForFamily(s.NodeName, s.Recorder, family, listenIPs, s.HealthzServer)
+		healthServers = append(healthServers, serviceHealth)
 		opts := ipvsproxy.Options{
 			IPFamily:          family,
 			NodeName:          s.NodeName,
@@ -141,12 +98,12 @@ func createProxier(ctx context.Context, s *ProxyServer) (proxy.Provider, error) 
 			Recorder:          s.Recorder,
 			HealthzServer:     hz,
 			ServiceHealth:     serviceHealth,
-			KernelVersion:     kernelRelease,
+			KernelVersion:     h.kernelRelease,
 			RulesBackend:      s.RulesBackend,
 		}
 		p, err := ipvsproxy.NewProxier(ctx, opts, ipvsproxy.Kernel{
-			IPVS: ipvsHandle, IPSet: ipsetHandle, IPTables: ipt, Netlink: nl, Sysctl: s.Sysctl, Conntrack: ct, NFTables: nft,
-			NFTRules: nftRules, Reader: resyncReader(logger, family, nftBackend && nftRules != nil, exec),
+			IPVS: h.ipvs, IPSet: h.ipset, IPTables: ipt, Netlink: h.netlink, Sysctl: s.Sysctl, Conntrack: h.conntrackFor(logger, family), NFTables: h.nft,
+			NFTRules: h.nftRules, Reader: h.readerFor(logger, family, nftBackend && h.nftRules != nil, exec),
 		}, nil)
 		if err != nil {
 			return nil, fmt.Errorf("creating the %s proxier: %w", family, err)
@@ -161,15 +118,19 @@ func createProxier(ctx context.Context, s *ProxyServer) (proxy.Provider, error) 
 		}
 		return out
 	}
-	if s.VirtualServerMetrics {
-		if err := metrics.RegisterVirtualServerStats(func() []metrics.VirtualServerStats {
-			var out []metrics.VirtualServerStats
-			for _, p := range all {
-				out = append(out, p.VirtualServerStats()...)
+	s.virtualServerStats = func() []metrics.VirtualServerStats {
+		var out []metrics.VirtualServerStats
+		for _, p := range all {
+			out = append(out, p.VirtualServerStats()...)
+		}
+		return out
+	}
+	s.releaseProxier = func() {
+		// The health check node ports close, so that the next proxier can open them.
+		for _, hs := range healthServers {
+			if err := hs.SyncServices(nil); err != nil {
+				logger.Error(err, "Failed to close the health check node ports of a stopped proxier")
 			}
-			return out
-		}); err != nil {
-			return nil, err
 		}
 	}
 	if len(proxiers) == 2 {

@@ -47,7 +47,6 @@ func serviceLabelSelector() (labels.Selector, error) {
 // takes over), a server fails with bindAddressHardFail, or the --config file
 // changes (returns an error so the pod restarts with the new file).
 func (s *ProxyServer) Run(ctx context.Context) error {
-	logger := klog.FromContext(ctx)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	errCh := make(chan error, 4)
@@ -66,7 +65,7 @@ func (s *ProxyServer) Run(ctx context.Context) error {
 			return map[string]any{"kubeproxy.config.k8s.io": cfg}
 		})
 		if s.HeldBack != nil {
-			handler = proxymetrics.WithHeldBack(handler, s.HeldBack)
+			handler = proxymetrics.WithHeldBack(handler, s.live.heldBack)
 		}
 		var streams []httpserver.Stream
 		if cfg.EnableProfiling {
@@ -82,41 +81,30 @@ func (s *ProxyServer) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	// One watch of this Node for the daemon's life: the health server's node
+	// eligibility, the running proxier's topology labels, and the node facts a
+	// proxier is rebuilt for (generation.go).
 	resync := cfg.ConfigSyncPeriod.Duration
-	factory := informers.NewSharedInformerFactoryWithOptions(s.Client, resync,
-		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = selector.String() }),
-		informers.WithTransform(proxyconfig.TrimForCache))
-	serviceConfig := proxyconfig.NewServiceConfig(ctx, factory.Core().V1().Services(), resync)
-	serviceConfig.RegisterEventHandler(s.Proxier)
-	endpointSliceConfig := proxyconfig.NewEndpointSliceConfig(ctx, factory.Discovery().V1().EndpointSlices(), resync, s.NodeName)
-	endpointSliceConfig.RegisterEventHandler(s.Proxier)
-
 	nodeFactory := informers.NewSharedInformerFactoryWithOptions(s.Client, resync,
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
 			o.FieldSelector = fields.OneTermEqualSelector("metadata.name", s.NodeName).String()
 		}),
 		informers.WithTransform(proxyconfig.TrimForCache))
 	nodeConfig := proxyconfig.NewNodeConfig(ctx, nodeFactory.Core().V1().Nodes(), resync)
-	nodeConfig.RegisterEventHandler(s.Proxier)
+	nodes := newNodeWatch()
+	nodeConfig.RegisterEventHandler(nodes)
 	if s.HealthzServer != nil {
 		nodeConfig.RegisterEventHandler(healthzNodeHandler{s.HealthzServer})
 	}
-
-	go serviceConfig.Run(ctx.Done())
-	go endpointSliceConfig.Run(ctx.Done())
 	go nodeConfig.Run(ctx.Done())
-	factory.Start(ctx.Done())
 	nodeFactory.Start(ctx.Done())
 	defer func() {
-		// Stop the informers first; Shutdown waits for their goroutines.
+		// Stop the informer first; Shutdown waits for its goroutines.
 		cancel()
-		factory.Shutdown()
 		nodeFactory.Shutdown()
 	}()
 
 	s.Recorder.Eventf(s.NodeRef, nil, v1.EventTypeNormal, "Starting", "StartKubeProxy", "Starting kube-proxy.")
-
-	go s.Proxier.SyncLoop()
 
 	if s.ConfigFile != "" {
 		go func() {
@@ -126,13 +114,7 @@ func (s *ProxyServer) Run(ctx context.Context) error {
 		}()
 	}
 
-	select {
-	case <-ctx.Done():
-		logger.Info("Shutting down; the IPVS, ipset and iptables rules stay in place")
-		return nil
-	case err := <-errCh:
-		return err
-	}
+	return s.runProxiers(ctx, nodes, selector, errCh)
 }
 
 // serve runs a server; with bindAddressHardFail a failure ends the daemon,

@@ -24,6 +24,7 @@ import (
 	proxyconfigapi "github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/proxy/apis/config"
 	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/proxy/healthcheck"
 	ipvsproxy "github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/proxy/ipvs"
+	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/proxy/metrics"
 	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/sysctl"
 )
 
@@ -44,8 +45,12 @@ type ProxyServer struct {
 	// NodeName is --hostname-override / hostnameOverride, else the hostname,
 	// lowercased.
 	NodeName string
-	// Node is the Node object as fetched at start-up.
+	// Node is the Node object as fetched at start-up (nil when it could not be).
 	Node *v1.Node
+
+	// The node facts below are those the current proxier was built from; a rebuild
+	// (generation.go) replaces them. Only the goroutine of Run changes them.
+	facts nodeFacts
 	// PrimaryIPFamily is the family of the node's first IP (or of a specific
 	// bindAddress).
 	PrimaryIPFamily v1.IPFamily
@@ -74,6 +79,20 @@ type ProxyServer struct {
 	// HeldBack lists what the proxiers are not programming, for the metrics server's
 	// debug endpoint; set by createProxier.
 	HeldBack func() any
+	// virtualServerStats reads the per-Service IPVS counters of the proxiers
+	// (--ipvs-virtual-server-metrics); set by createProxier.
+	virtualServerStats func() []metrics.VirtualServerStats
+	// releaseProxier closes what the proxiers opened beside the kernel state (the
+	// health check node ports) once they are stopped; set by createProxier.
+	releaseProxier func()
+	// handles are the tools and kernel sockets every proxier of the process shares
+	// (opened by the first createProxier).
+	handles *proxierHandles
+
+	// built is the proxier generation newProxyServer built, which Run starts;
+	// live is the running one, for the servers' readers.
+	built *proxierGeneration
+	live  *liveGeneration
 
 	// ConfigFile is --config; the daemon exits when its content changes.
 	ConfigFile string
@@ -94,12 +113,12 @@ type deps struct {
 	// nftFamilySupported replaces familySupported with the nftables rules backend
 	// (no iptables nat table needed); nil: familySupported decides.
 	nftFamilySupported func(v1.IPFamily) error
-	nodeWaitTimeout    time.Duration // for the Node and its addresses
-	podCIDRTimeout     time.Duration // for node.spec.podCIDRs, in detectLocalMode NodeCIDR
+	nodeWaitTimeout    time.Duration // for the Node, its addresses and (NodeCIDR) podCIDRs
 	nodePoll           time.Duration
 	newProvider        func(ctx context.Context, s *ProxyServer) (proxy.Provider, error)
 	configPoll         time.Duration
 	serverRetry        time.Duration
+	rebuildRetry       time.Duration // after a proxier rebuild failed
 }
 
 func defaultDeps() deps {
@@ -110,11 +129,11 @@ func defaultDeps() deps {
 		familySupported:    defaultFamilyCheck().usable,
 		nftFamilySupported: familyCheck{procRoot: "/proc"}.usable,
 		nodeWaitTimeout:    30 * time.Second,
-		podCIDRTimeout:     5 * time.Minute,
 		nodePoll:           time.Second,
 		newProvider:        createProxier,
 		configPoll:         5 * time.Second,
 		serverRetry:        5 * time.Second,
+		rebuildRetry:       30 * time.Second,
 	}
 }
 
@@ -145,28 +164,18 @@ func newProxyServer(ctx context.Context, o *Options, d deps) (*ProxyServer, erro
 		return nil, err
 	}
 
-	if s.Node, err = waitForNode(ctx, s.Client, s.NodeName, d, cfg.DetectLocalMode == "NodeCIDR"); err != nil {
+	nodeCIDR := cfg.DetectLocalMode == "NodeCIDR"
+	if s.Node, err = waitForNode(ctx, s.Client, s.NodeName, d, nodeCIDR); err != nil {
 		return nil, err
 	}
-	s.PrimaryIPFamily, s.NodeIPs = detectNodeIPs(logger, s.Node, cfg.BindAddress)
-	if s.Node != nil {
-		s.PodCIDRs = s.Node.Spec.PodCIDRs
+	facts := startNodeFacts(s.Node, cfg.BindAddress)
+	if facts.ipsAssumed {
+		logger.Info("Can't determine this node's IP, assuming 127.0.0.1; if this is incorrect, please set the --bind-address flag")
 	}
-	s.IPFamilies = []v1.IPFamily{s.PrimaryIPFamily}
-	other := otherFamily(s.PrimaryIPFamily)
-	supported := d.familySupported
-	if s.RulesBackend == ipvsproxy.RulesBackendNFTables && d.nftFamilySupported != nil {
-		supported = d.nftFamilySupported
+	if !facts.complete(nodeCIDR) {
+		logger.Info("Starting with assumed node values; the proxier is rebuilt with the Node's once the node watch reads it", facts.logValues(nodeCIDR)...)
 	}
-	if err := supported(other); err == nil {
-		s.IPFamilies = append(s.IPFamilies, other)
-		logger.Info("Running in dual-stack mode", "primaryIPFamily", s.PrimaryIPFamily)
-	} else {
-		// One line says both the decision and why (upstream logs "No iptables
-		// support for family" and runs single-stack the same way).
-		logger.Info("Running in single-stack mode", "ipFamily", s.PrimaryIPFamily, "unusableFamily", other, "reason", err.Error())
-	}
-	s.NodePortAddresses = expandNodePortAddresses(cfg.NodePortAddresses, s.NodeIPs)
+	s.setNodeFacts(logger, facts)
 	if len(cfg.NodePortAddresses) == 0 {
 		logger.Info("nodePortAddresses is unset; NodePort connections will be accepted on all local IPs. Consider using `--nodeport-addresses primary`")
 	}
@@ -182,10 +191,40 @@ func newProxyServer(ctx context.Context, o *Options, d deps) (*ProxyServer, erro
 	if err := s.setupKernel(ctx); err != nil {
 		return nil, err
 	}
-	if s.Proxier, err = d.newProvider(ctx, s); err != nil {
+	if s.built, err = buildGeneration(ctx, s); err != nil {
 		return nil, fmt.Errorf("creating the ipvs proxier: %w", err)
 	}
+	s.live = &liveGeneration{}
+	s.live.gen.Store(s.built)
+	if s.VirtualServerMetrics {
+		// Registered once: the counters are read from whichever proxier runs.
+		if err := metrics.RegisterVirtualServerStats(s.live.virtualServerStats); err != nil {
+			return nil, err
+		}
+	}
 	return s, nil
+}
+
+// setNodeFacts sets what the proxier is built from: the facts and what follows
+// from them (the families to run a proxier for, nodePortAddresses expanded).
+func (s *ProxyServer) setNodeFacts(logger klog.Logger, f nodeFacts) {
+	s.facts = f
+	s.PrimaryIPFamily, s.NodeIPs, s.PodCIDRs = f.primary, f.ips, f.podCIDRs
+	s.IPFamilies = []v1.IPFamily{s.PrimaryIPFamily}
+	other := otherFamily(s.PrimaryIPFamily)
+	supported := s.deps.familySupported
+	if s.RulesBackend == ipvsproxy.RulesBackendNFTables && s.deps.nftFamilySupported != nil {
+		supported = s.deps.nftFamilySupported
+	}
+	if err := supported(other); err == nil {
+		s.IPFamilies = append(s.IPFamilies, other)
+		logger.Info("Running in dual-stack mode", "primaryIPFamily", s.PrimaryIPFamily)
+	} else {
+		// One line says both the decision and why (upstream logs "No iptables
+		// support for family" and runs single-stack the same way).
+		logger.Info("Running in single-stack mode", "ipFamily", s.PrimaryIPFamily, "unusableFamily", other, "reason", err.Error())
+	}
+	s.NodePortAddresses = expandNodePortAddresses(s.Config.NodePortAddresses, s.NodeIPs)
 }
 
 // setupKernel applies the OOM score and conntrack sysctls (also what --init-only
@@ -218,70 +257,55 @@ func resolveNodeName(override string, hostname func() (string, error)) (string, 
 }
 
 // waitForNode waits, as upstream does, up to nodeWaitTimeout for the Node to exist
-// and have an address, and in detectLocalMode NodeCIDR up to podCIDRTimeout more for
-// its podCIDRs. Only the podCIDR wait is fatal: without the Node or its addresses
-// kube-proxy logs an error and keeps going (the node IP falls back to loopback), so a
-// Node registered late does not crash-loop the DaemonSet. It returns the last Node
-// seen, possibly nil.
+// and have an address and, in detectLocalMode NodeCIDR, spec.podCIDRs. It fails only
+// when ctx ends: what the Node does not tell by then is assumed (nodeFacts) and
+// learnt later by the node watch, so the daemon starts, serves its health and
+// metrics, and never exits because the control plane is unreachable (upstream exits
+// after 5 more minutes without podCIDRs, and never learns the node IPs it assumed).
+// It returns the last Node seen, possibly nil.
 func waitForNode(ctx context.Context, client clientset.Interface, name string, d deps, needPodCIDRs bool) (*v1.Node, error) {
 	logger := klog.FromContext(ctx)
 	var node *v1.Node
 	var lastErr error
-	poll := func(done func(*v1.Node) bool) func(context.Context) (bool, error) {
-		return func(ctx context.Context) (bool, error) {
-			n, err := client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
-			if err != nil {
-				lastErr = err
-				return false, nil
-			}
-			node, lastErr = n, nil
-			return done(n), nil
-		}
+	complete := func(n *v1.Node) bool {
+		_, _, hasIP := nodeIPsOf(n, "")
+		return hasIP && (!needPodCIDRs || len(n.Spec.PodCIDRs) > 0)
 	}
-	hasIP := func(n *v1.Node) bool {
-		for _, a := range n.Status.Addresses {
-			if (a.Type == v1.NodeInternalIP || a.Type == v1.NodeExternalIP) && net.ParseIP(a.Address) != nil {
-				return true
-			}
+	err := wait.PollUntilContextTimeout(ctx, d.nodePoll, d.nodeWaitTimeout, true, func(ctx context.Context) (bool, error) {
+		n, err := client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			lastErr = err
+			return false, nil
 		}
-		return false
-	}
-	if err := wait.PollUntilContextTimeout(ctx, d.nodePoll, d.nodeWaitTimeout, true, poll(hasIP)); err != nil {
-		if ctx.Err() != nil {
-			return nil, fmt.Errorf("waiting for node %q: %w", name, ctx.Err())
-		}
-		switch {
-		case node == nil && apierrors.IsNotFound(lastErr):
-			logger.Error(nil, "Timed out waiting for node to exist; is --hostname-override (or the hostname) the Node's name?", "node", klog.KRef("", name), "waited", d.nodeWaitTimeout)
-		case node == nil:
-			logger.Error(lastErr, "Timed out waiting for node", "node", klog.KRef("", name), "waited", d.nodeWaitTimeout)
-		default:
-			logger.Error(nil, "Timed out waiting for node to be assigned IPs", "node", klog.KRef("", name), "waited", d.nodeWaitTimeout)
-		}
-	}
-	if !needPodCIDRs || node != nil && len(node.Spec.PodCIDRs) > 0 {
+		node, lastErr = n, nil
+		return complete(n), nil
+	})
+	if err == nil {
 		return node, nil
 	}
-	hasPodCIDRs := func(n *v1.Node) bool { return len(n.Spec.PodCIDRs) > 0 }
-	if err := wait.PollUntilContextTimeout(ctx, d.nodePoll, d.podCIDRTimeout, true, poll(hasPodCIDRs)); err != nil {
-		if ctx.Err() != nil {
-			return nil, fmt.Errorf("waiting for node %q: %w", name, ctx.Err())
-		}
-		if node == nil {
-			return nil, fmt.Errorf("detectLocalMode is NodeCIDR and node %q does not exist (waited %s): is --hostname-override (or the hostname) the Node's name?", name, d.nodeWaitTimeout+d.podCIDRTimeout)
-		}
-		return nil, fmt.Errorf("detectLocalMode is NodeCIDR and node %q has no spec.podCIDRs (waited %s)", name, d.podCIDRTimeout)
+	if ctx.Err() != nil {
+		return nil, fmt.Errorf("waiting for node %q: %w", name, ctx.Err())
+	}
+	_, _, hasIP := nodeIPsOf(node, "")
+	switch {
+	case node == nil && apierrors.IsNotFound(lastErr):
+		logger.Error(nil, "Timed out waiting for node to exist; is --hostname-override (or the hostname) the Node's name?", "node", klog.KRef("", name), "waited", d.nodeWaitTimeout)
+	case node == nil:
+		logger.Error(lastErr, "Timed out waiting for node", "node", klog.KRef("", name), "waited", d.nodeWaitTimeout)
+	case !hasIP:
+		logger.Error(nil, "Timed out waiting for node to be assigned IPs", "node", klog.KRef("", name), "waited", d.nodeWaitTimeout)
+	default:
+		logger.Error(nil, "Timed out waiting for node to be assigned spec.podCIDRs (detectLocalMode NodeCIDR)", "node", klog.KRef("", name), "waited", d.nodeWaitTimeout)
 	}
 	return node, nil
 }
 
-// detectNodeIPs picks the node's IPs the way upstream does: the first
-// InternalIP of each family, else the first ExternalIP; the first address
-// found sets the primary family. A specific bindAddress overrides its family
-// and becomes primary. With no address at all, it assumes IPv4 loopback.
-func detectNodeIPs(logger klog.Logger, node *v1.Node, bindAddress string) (v1.IPFamily, map[v1.IPFamily]net.IP) {
-	ips := map[v1.IPFamily]net.IP{}
-	var primary v1.IPFamily
+// nodeIPsOf picks the node's IPs the way upstream does: the first InternalIP of
+// each family, else the first ExternalIP; the first address found sets the primary
+// family. A specific bindAddress overrides its family and becomes primary. ok is
+// false when there is no address at all (node nil, or without one).
+func nodeIPsOf(node *v1.Node, bindAddress string) (primary v1.IPFamily, ips map[v1.IPFamily]net.IP, ok bool) {
+	ips = map[v1.IPFamily]net.IP{}
 	var addrs []v1.NodeAddress
 	if node != nil {
 		addrs = node.Status.Addresses
@@ -310,12 +334,7 @@ func detectNodeIPs(logger klog.Logger, node *v1.Node, bindAddress string) (v1.IP
 		ips[fam] = bind
 		primary = fam
 	}
-	if primary == "" {
-		logger.Info("Can't determine this node's IP, assuming 127.0.0.1; if this is incorrect, please set the --bind-address flag")
-		primary = v1.IPv4Protocol
-		ips[primary] = net.IPv4(127, 0, 0, 1)
-	}
-	return primary, ips
+	return primary, ips, primary != ""
 }
 
 func familyOf(ip net.IP) v1.IPFamily {

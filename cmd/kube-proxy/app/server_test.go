@@ -27,7 +27,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	clientset "k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
-	"k8s.io/klog/v2"
 	"k8s.io/kube-proxy/config/v1alpha1"
 	"k8s.io/utils/ptr"
 
@@ -215,9 +214,10 @@ func TestDetectNodeIPs(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			primary, ips := detectNodeIPs(klog.Background(), tc.node, tc.bind)
+			facts := startNodeFacts(tc.node, tc.bind)
+			primary := facts.primary
 			got := map[v1.IPFamily]string{}
-			for f, ip := range ips {
+			for f, ip := range facts.ips {
 				got[f] = ip.String()
 			}
 			if primary != tc.wantPrimary {
@@ -324,14 +324,14 @@ func newTestEnv(t *testing.T, objects ...runtime.Object) *testEnv {
 		kernel:          k,
 		familySupported: func(v1.IPFamily) error { return nil },
 		nodeWaitTimeout: 2 * time.Second,
-		podCIDRTimeout:  2 * time.Second,
 		nodePoll:        10 * time.Millisecond,
 		newProvider: func(ctx context.Context, s *ProxyServer) (proxy.Provider, error) {
 			env.provider = newFakeProvider(ctx)
 			return env.provider, nil
 		},
-		configPoll:  20 * time.Millisecond,
-		serverRetry: 20 * time.Millisecond,
+		configPoll:   20 * time.Millisecond,
+		serverRetry:  20 * time.Millisecond,
+		rebuildRetry: 50 * time.Millisecond,
 	}
 	return env
 }
@@ -434,24 +434,26 @@ func TestNewProxyServer(t *testing.T) {
 }
 
 // TestNewProxyServerWithoutNode: as upstream, a missing Node (or one without
-// addresses) is logged and the node IP falls back to loopback, except in
-// detectLocalMode NodeCIDR, which needs the Node's podCIDRs and fails after waiting.
+// addresses) is logged and the node IP falls back to loopback; in detectLocalMode
+// NodeCIDR a missing Node or podCIDRs no longer stop the daemon (upstream exits):
+// the start-up values are marked assumed, for the node watch to learn
+// (TestRunLearnsTheNodeAfterTheWaits).
 func TestNewProxyServerWithoutNode(t *testing.T) {
 	env := newTestEnv(t) // no Node object
 	env.deps.nodeWaitTimeout = 100 * time.Millisecond
-	env.deps.podCIDRTimeout = 100 * time.Millisecond
 	s, err := newProxyServer(context.Background(), testOptions(t, nil), env.deps)
 	if err != nil {
 		t.Fatalf("missing node: %v, want loopback fallback", err)
 	}
-	if s.Node != nil || s.PrimaryIPFamily != v1.IPv4Protocol || !s.NodeIPs[v1.IPv4Protocol].Equal(net.IPv4(127, 0, 0, 1)) {
-		t.Errorf("missing node: node %v, primary %s, node IPs %v; want nil, IPv4, 127.0.0.1", s.Node, s.PrimaryIPFamily, s.NodeIPs)
+	if s.Node != nil || s.PrimaryIPFamily != v1.IPv4Protocol || !s.NodeIPs[v1.IPv4Protocol].Equal(net.IPv4(127, 0, 0, 1)) || !s.facts.ipsAssumed {
+		t.Errorf("missing node: node %v, primary %s, node IPs %v, facts %v; want nil, IPv4, 127.0.0.1, assumed", s.Node, s.PrimaryIPFamily, s.NodeIPs, s.facts)
 	}
 
 	nodeCIDR := func(c *v1alpha1.KubeProxyConfiguration) { c.DetectLocalMode = "NodeCIDR" }
-	_, err = newProxyServer(context.Background(), testOptions(t, nodeCIDR), env.deps)
-	if err == nil || !strings.Contains(err.Error(), `node "node-a" does not exist`) || !strings.Contains(err.Error(), "hostname-override") {
-		t.Errorf("NodeCIDR mode, missing node: %v", err)
+	if s, err = newProxyServer(context.Background(), testOptions(t, nodeCIDR), env.deps); err != nil {
+		t.Errorf("NodeCIDR mode, missing node: %v, want a start with assumed values", err)
+	} else if s.facts.complete(true) || len(s.PodCIDRs) != 0 {
+		t.Errorf("NodeCIDR mode, missing node: facts %v, want incomplete without podCIDRs", s.facts)
 	}
 
 	// A Node without podCIDRs in NodeCIDR mode.
@@ -459,10 +461,13 @@ func TestNewProxyServerWithoutNode(t *testing.T) {
 		ObjectMeta: metav1.ObjectMeta{Name: "node-a"},
 		Status:     v1.NodeStatus{Addresses: []v1.NodeAddress{{Type: v1.NodeInternalIP, Address: "192.168.0.10"}}},
 	})
-	env.deps.podCIDRTimeout = 100 * time.Millisecond
-	_, err = newProxyServer(context.Background(), testOptions(t, nodeCIDR), env.deps)
-	if err == nil || !strings.Contains(err.Error(), "no spec.podCIDRs") {
-		t.Errorf("NodeCIDR mode, node without podCIDRs: %v", err)
+	env.deps.nodeWaitTimeout = 100 * time.Millisecond
+	s, err = newProxyServer(context.Background(), testOptions(t, nodeCIDR), env.deps)
+	switch {
+	case err != nil:
+		t.Errorf("NodeCIDR mode, node without podCIDRs: %v, want a start without local detection", err)
+	case s.facts.ipsAssumed || s.NodeIPs[v1.IPv4Protocol].String() != "192.168.0.10" || s.facts.complete(true):
+		t.Errorf("NodeCIDR mode, node without podCIDRs: facts %v, want the node's IP and podCIDRs missing", s.facts)
 	}
 }
 
