@@ -1,10 +1,9 @@
 #!/usr/bin/env bash
-# Lint: gofmt (any unformatted file fails), go mod tidy, go vet, and staticcheck when it can be
-# fetched through the Go module proxy. Run from anywhere: `make lint`.
+# Lint: gofmt (any unformatted file fails), go mod tidy, go vet, the import rules and
+# staticcheck (pinned in hack/tools/go.mod). Run from anywhere: `make lint`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-STATICCHECK_VERSION="${STATICCHECK_VERSION:-v0.8.2}"
 GO="${GO:-go}"
 status=0
 
@@ -38,19 +37,42 @@ if ! "$GO" vet -tags e2e,e2escale,vmtest ./...; then
 	status=1
 fi
 
-echo ">> staticcheck ${STATICCHECK_VERSION}"
-# `go run pkg@version` builds staticcheck from the module proxy into the build
-# cache; if that is impossible here (offline, proxy refused), say so loudly and
-# carry on rather than fail the whole lint on tooling.
-if "$GO" run "honnef.co/go/tools/cmd/staticcheck@${STATICCHECK_VERSION}" -version >/dev/null 2>&1; then
-	if ! "$GO" run "honnef.co/go/tools/cmd/staticcheck@${STATICCHECK_VERSION}" ./...; then
-		status=1
-	fi
-else
-	echo "##########################################################################" >&2
-	echo "## NOTE: staticcheck ${STATICCHECK_VERSION} could not be installed here;  " >&2
-	echo "## skipping it (gofmt and go vet still ran).                              " >&2
-	echo "##########################################################################" >&2
+echo ">> import rules"
+# Dependencies point one way: cmd -> pkg/proxy/... -> pkg/util/...; pkg/util never
+# imports pkg/proxy or cmd, pkg never imports cmd, and one rules backend
+# (pkg/proxy/ipvs/rules/<name>) never imports another.
+mod=github.com/kube-proxy-ipvs/kube-proxy-ipvs
+if ! bad=$("$GO" list -f '{{.ImportPath}}{{range .Imports}} {{.}}{{end}}' ./pkg/... | awk -v m="$mod" '
+	{
+		from = $1
+		for (i = 2; i <= NF; i++) {
+			to = $i
+			if (index(to, m "/") != 1) continue
+			if (index(from, m "/pkg/util/") == 1 && (index(to, m "/pkg/proxy") == 1 || index(to, m "/cmd/") == 1)) print from " -> " to
+			if (index(to, m "/cmd/") == 1) print from " -> " to
+			if (match(from, "/pkg/proxy/ipvs/rules/[^/]+") && index(to, m "/pkg/proxy/ipvs/rules/") == 1) {
+				fb = substr(from, RSTART, RLENGTH)
+				if (index(to, m fb) != 1) print from " -> " to
+			}
+		}
+	}' | sort -u); then
+	echo "import rules: go list failed" >&2
+	status=1
+elif [[ -n $bad ]]; then
+	echo "import rules broken (pkg/util never imports pkg/proxy or cmd; backends never import each other):" >&2
+	echo "$bad" >&2
+	status=1
+fi
+
+echo ">> staticcheck (pinned in hack/tools/go.mod)"
+# Built from the tools module, so its dependencies never change the daemon's.
+# It must build: a lint that cannot run staticcheck fails.
+staticcheck=$(mktemp -d)/staticcheck
+if ! (cd hack/tools && "$GO" build -o "$staticcheck" honnef.co/go/tools/cmd/staticcheck); then
+	echo "staticcheck: cannot build it from hack/tools (go.mod pins it)" >&2
+	status=1
+elif ! "$staticcheck" ./...; then
+	status=1
 fi
 
 if ((status == 0)); then
