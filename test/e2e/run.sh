@@ -69,6 +69,8 @@ declare -A iptables_only=(
 	[TestCleanupKeepsForeignKUBEState]="foreign KUBE- ipsets and chains beside the iptables backend's"
 	[TestNFTablesBackend]="switches the backend itself, both ways"
 	[TestTwoNodeNFTables]="switches both nodes to nftables itself, after the same traffic on iptables"
+	[TestStartWithoutAPIServer]="control-plane resilience (a start without the apiserver), not the rules backend"
+	[TestLongAPIServerOutageUnderTraffic]="control-plane resilience (a long apiserver outage), not the rules backend"
 )
 listed=" ${nft_scenarios[*]} ${!iptables_only[*]} "
 unlisted=()
