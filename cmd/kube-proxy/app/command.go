@@ -132,12 +132,18 @@ func printVersion(w io.Writer, mode string) error {
 		fmt.Fprintf(w, "%#v\n", info)
 		return nil
 	}
-	v := info.GitVersion
-	if strings.Contains(v, "$Format") {
-		v = "v0.0.0-dev" // built without -ldflags -X k8s.io/component-base/version.gitVersion=...
-	}
-	fmt.Fprintf(w, "kube-proxy-ipvs %s (compatible with kube-proxy %s)\n", v, upstreamVersion)
+	fmt.Fprintf(w, "kube-proxy-ipvs %s (compatible with kube-proxy %s)\n", binaryVersion(), upstreamVersion)
 	return nil
+}
+
+// binaryVersion is the version stamped into the binary (hack/version.sh), or
+// v0.0.0-dev when it was built without -ldflags -X k8s.io/component-base/version.gitVersion=...
+func binaryVersion() string {
+	v := version.Get().GitVersion
+	if strings.Contains(v, "$Format") {
+		return "v0.0.0-dev"
+	}
+	return v
 }
 
 // invocation is one run of the command after cobra has parsed the flags.
@@ -214,6 +220,7 @@ func (r *invocation) complete(fs *pflag.FlagSet) error {
 	for _, e := range extras {
 		r.opts.applyExtras(e, fs)
 	}
+	r.opts.flags = fs
 	return r.opts.applyNonConfigFlags(fs)
 }
 

@@ -43,6 +43,8 @@ type Options struct {
 
 	config      *v1alpha1.KubeProxyConfiguration
 	featureGate featuregate.MutableVersionedFeatureGate
+	// flags is the parsed command line (over the --config file), for /flagz.
+	flags *pflag.FlagSet
 }
 
 func newOptions(cfg *v1alpha1.KubeProxyConfiguration, fg featuregate.MutableVersionedFeatureGate) *Options {

@@ -67,6 +67,7 @@ func (s *ProxyServer) Run(ctx context.Context) error {
 		if s.HeldBack != nil {
 			handler = proxymetrics.WithHeldBack(handler, s.live.heldBack)
 		}
+		handler = proxymetrics.WithZPages(handler, s.zpages())
 		var streams []httpserver.Stream
 		if cfg.EnableProfiling {
 			streams = httpserver.PprofStreams

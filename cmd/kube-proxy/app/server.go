@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/spf13/pflag"
 	v1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -100,6 +101,8 @@ type ProxyServer struct {
 	VirtualServerMetrics bool
 	// RulesBackend is --ipvs-rules-backend (ipvsproxy.RulesBackend*).
 	RulesBackend string
+	// Flags is the parsed command line, which /flagz shows; nil in tests.
+	Flags *pflag.FlagSet
 
 	deps deps
 }
@@ -152,7 +155,7 @@ func newProxyServer(ctx context.Context, o *Options, d deps) (*ProxyServer, erro
 	logger := klog.FromContext(ctx)
 	cfg := o.config
 	s := &ProxyServer{Config: cfg, FeatureGate: o.featureGate, Sysctl: d.kernel.sysctl, ConfigFile: o.ConfigFile, VirtualServerMetrics: o.VirtualServerMetrics,
-		RulesBackend: o.RulesBackend, deps: d}
+		RulesBackend: o.RulesBackend, Flags: o.flags, deps: d}
 
 	name, err := resolveNodeName(cfg.HostnameOverride, d.hostname)
 	if err != nil {
