@@ -80,16 +80,8 @@ func (p *Proxier) HeldBack() []HeldBackObject {
 // dueRetries adds to t the keys whose retry time has come (all of them on a full sync).
 func (p *Proxier) dueRetries(now time.Time, t *touched) {
 	for k, r := range p.retries {
-		if now.Before(r.next) {
-			continue
-		}
-		switch k.kind {
-		case retryVS:
-			t.vs.Insert(k.vs)
-		case retryEntry:
-			t.entries.Insert(k.entry)
-		case retryAddr:
-			t.addrs.Insert(k.text)
+		if !now.Before(r.next) {
+			t.setRetryKey(k, true)
 		}
 	}
 }
@@ -97,14 +89,26 @@ func (p *Proxier) dueRetries(now time.Time, t *touched) {
 // withoutRetries takes out of t every key a refusal holds back.
 func (p *Proxier) withoutRetries(t *touched) {
 	for k := range p.retries {
-		switch k.kind {
-		case retryVS:
-			t.vs.Delete(k.vs)
-		case retryEntry:
-			t.entries.Delete(k.entry)
-		case retryAddr:
-			t.addrs.Delete(k.text)
-		}
+		t.setRetryKey(k, false)
+	}
+}
+
+// setRetryKey puts the object of k in t (in) or takes it out; out-filter rules are
+// not keys of t (heldOutRules keeps them out of the text instead).
+func (t *touched) setRetryKey(k retryKey, in bool) {
+	switch {
+	case k.kind == retryVS && in:
+		t.vs.Insert(k.vs)
+	case k.kind == retryVS:
+		t.vs.Delete(k.vs)
+	case k.kind == retryEntry && in:
+		t.entries.Insert(k.entry)
+	case k.kind == retryEntry:
+		t.entries.Delete(k.entry)
+	case k.kind == retryAddr && in:
+		t.addrs.Insert(k.text)
+	case k.kind == retryAddr:
+		t.addrs.Delete(k.text)
 	}
 }
 
