@@ -10,9 +10,11 @@ import (
 	"net/netip"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"golang.org/x/sys/unix"
+	testingclock "k8s.io/utils/clock/testing"
 )
 
 var conformanceTable = Table{Family: FamilyInet, Name: "kpi-conformance"}
@@ -27,6 +29,9 @@ type cstep struct {
 	// before is set the kernel must fail with it instead.
 	since  string
 	before error
+	// wait passes before the step: the Fake's clock is stepped, the test sleeps
+	// for the kernel.
+	wait time.Duration
 }
 
 // knownRelease is the host kernel the steps marked with it were written against;
@@ -47,6 +52,9 @@ var (
 	setSvc6 = Set{Name: "svc6", Key: []KeyType{KeyIPv6Addr, KeyInetProto, KeyInetService}}
 	setSrc  = Set{Name: "src", Key: []KeyType{KeyIPv4Addr, KeyInetProto, KeyInetService, KeyIPv4Addr}, Interval: true}
 	setHC   = Set{Name: "hc", Key: []KeyType{KeyInetService}}
+	// setAlive holds network protocols whose elements lapse: a rule looking the
+	// packet's protocol up there is on while its element lives.
+	setAlive = Set{Name: "alive", Key: []KeyType{KeyNFProto}, Timeout: true, Comment: "alive"}
 
 	chainPre  = Chain{Name: "pre", Type: ChainTypeNAT, Hook: HookPrerouting, Priority: -100}
 	chainPost = Chain{Name: "post", Type: ChainTypeNAT, Hook: HookPostrouting, Priority: 100}
@@ -288,6 +296,57 @@ set svc type ipv4_addr . inet_proto . inet_service comment "service ports"
 `,
 	},
 	{
+		name: "timeouts: elements lapse, a lapsed one is gone, delete and add renew one",
+		steps: []cstep{
+			{build: func(tx *Transaction) {
+				base(tx)
+				tx.AddSet(setAlive)
+				tx.AddRule("pre", Rule{Stmts: []Stmt{InSet{Fields: []Field{MetaNFProto}, Set: "alive", Negate: true}, ReturnVerdict}, Comment: "on while alive"})
+				tx.AddRule("pre", Rule{Stmts: []Stmt{InSet{Fields: []Field{MetaNFProto}, Set: "alive"}, InSet{Fields: []Field{IPDaddr, L4Proto, THDport}, Set: "svc"}, JumpTo("services")}})
+				tx.AddElementsWithTimeout("alive", time.Hour, []string{"ipv4"})
+				tx.AddElements("alive", []string{"ipv6"}) // no timeout: it stays
+			}},
+			// A timeout needs the set's flag; under a millisecond it would be none.
+			{build: func(tx *Transaction) {
+				tx.AddElementsWithTimeout("svc", time.Minute, svcKey("10.96.0.1", "tcp", "443"))
+			}, want: unix.EINVAL},
+			{build: func(tx *Transaction) {
+				tx.FlushSet("alive")
+				tx.AddElementsWithTimeout("alive", time.Millisecond/2, []string{"ipv4"})
+			}, want: unix.EINVAL},
+			{build: func(tx *Transaction) { tx.AddElementsWithTimeout("alive", -time.Second, []string{"ipv4"}) }, want: unix.EINVAL},
+			// The flag is part of the set's type.
+			{build: func(tx *Transaction) { tx.AddSet(Set{Name: "alive", Key: []KeyType{KeyNFProto}}) }, want: unix.EEXIST},
+			{build: func(tx *Transaction) { tx.AddSet(Set{Name: "svc", Key: setSvc.Key, Timeout: true}) }, want: unix.EEXIST},
+			// Deleting and adding in one transaction gives an element a new timeout.
+			{build: func(tx *Transaction) {
+				tx.DeleteElements("alive", []string{"ipv4"})
+				tx.AddElementsWithTimeout("alive", 5*time.Second, []string{"ipv4"})
+			}},
+			// Lapsed: deleting it is ENOENT (and takes the transaction back), so
+			// delete-and-add renews only an element that still lives.
+			{build: func(tx *Transaction) {
+				tx.DeleteElements("alive", []string{"ipv4"})
+				tx.AddElementsWithTimeout("alive", time.Hour, []string{"ipv4"})
+			}, want: unix.ENOENT, wait: 6 * time.Second},
+			{build: func(tx *Transaction) { tx.AddElementsWithTimeout("alive", 90*time.Second, []string{"ipv4"}) }},
+			// Flushing and adding gives it a new one whatever it was.
+			{build: func(tx *Transaction) {
+				tx.FlushSet("alive")
+				tx.AddElementsWithTimeout("alive", 25*time.Hour+2*time.Minute+3*time.Second+500*time.Millisecond, []string{"ipv4"})
+			}},
+		},
+		want: `table inet kpi-conformance
+chain pre type nat hook prerouting priority dstnat policy accept
+rule pre meta nfproto != @alive return comment "on while alive"
+rule pre meta nfproto @alive ip daddr . meta l4proto . th dport @svc jump services
+chain services
+set alive type nf_proto flags timeout comment "alive"
+element alive ipv4 timeout 1d1h2m3s500ms
+set svc type ipv4_addr . inet_proto . inet_service comment "service ports"
+`,
+	},
+	{
 		name: "a missing table",
 		steps: []cstep{
 			{build: func(tx *Transaction) { tx.AddChain(chainSvc) }, want: unix.ENOENT},
@@ -309,7 +368,10 @@ func runConformance(t *testing.T, kernel string, newReal func(t *testing.T) Rule
 	ctx := context.Background()
 	for _, sc := range cscenarios {
 		t.Run(strings.ReplaceAll(sc.name, " ", "_"), func(t *testing.T) {
-			impls := []Ruleset{NewFakeRuleset(conformanceTable)}
+			fake := NewFakeRuleset(conformanceTable)
+			fakeClock := testingclock.NewFakeClock(time.Now())
+			fake.SetClock(fakeClock)
+			impls := []Ruleset{fake}
 			names := []string{"fake"}
 			if newReal != nil {
 				impls = append(impls, newReal(t))
@@ -327,6 +389,12 @@ func runConformance(t *testing.T, kernel string, newReal func(t *testing.T) Rule
 				if old && st.before == nil {
 					t.Logf("step %d NOT RUN on kernel %s: it describes %s and later", i, kernel, st.since)
 					continue
+				}
+				if st.wait > 0 {
+					fakeClock.Step(st.wait)
+					if newReal != nil {
+						time.Sleep(st.wait)
+					}
 				}
 				var dumps []string
 				for j, r := range impls {
@@ -376,7 +444,9 @@ func runConformance(t *testing.T, kernel string, newReal func(t *testing.T) Rule
 					var want, have []string
 					for _, l := range strings.Split(got, "\n") {
 						if p := "element " + f[1] + " "; strings.HasPrefix(l, p) {
-							want = append(want, strings.TrimPrefix(l, p))
+							// A listing's elements are their keys, without a timeout.
+							e, _, _ := strings.Cut(strings.TrimPrefix(l, p), " timeout ")
+							want = append(want, e)
 						}
 					}
 					for _, e := range elems {
@@ -447,6 +517,13 @@ func TestParseListing(t *testing.T) {
 		elements = { 30000, 31000 }
 	}
 
+	set alive {
+		type nf_proto
+		flags timeout
+		elements = { ipv4 timeout 2m expires 1m59s980ms,
+			     ipv6 }
+	}
+
 	chain np {
 	}
 
@@ -464,6 +541,9 @@ func TestParseListing(t *testing.T) {
 chain np
 chain post type nat hook postrouting priority srcnat policy accept
 rule post masquerade fully-random
+set alive type nf_proto flags timeout
+element alive ipv4 timeout 2m
+element alive ipv6
 set cip type ipv4_addr . inet_proto . inet_service comment "cluster ips"
 element cip 10.96.0.1 . tcp . 443
 element cip 10.96.0.10 . udp . 53
@@ -476,6 +556,17 @@ element hc 31000
 	}
 	if _, err := ParseListing("table inet x {\n\tflowtable f {\n\t}\n}\n"); err == nil {
 		t.Errorf("a flowtable was accepted")
+	}
+}
+
+func TestDurationString(t *testing.T) {
+	for d, want := range map[time.Duration]string{
+		2 * time.Minute: "2m", 90 * time.Second: "1m30s", 1500 * time.Millisecond: "1s500ms", 24 * time.Hour: "1d",
+		100 * time.Millisecond: "100ms", 3723 * time.Second: "1h2m3s", 30 * time.Second: "30s",
+	} {
+		if got := DurationString(d); got != want {
+			t.Errorf("DurationString(%v) = %q, want %q (as nft lists it)", d, got, want)
+		}
 	}
 }
 
@@ -497,6 +588,8 @@ func TestElementText(t *testing.T) {
 		{set: setSvc, fields: svcKey("10.96.0.1", "tcp", "65536"), bad: true},
 		{set: setSvc, fields: svcKey("10.96.0.1", "icmpx", "1"), bad: true},
 		{set: setSvc, fields: []string{"10.96.0.1", "tcp"}, bad: true},
+		{set: setAlive, fields: []string{"ipv6"}, want: "ipv6"},
+		{set: setAlive, fields: []string{"inet"}, bad: true},
 	} {
 		got, _, err := canonicalElement(c.set, c.fields)
 		if (err != nil) != c.bad || got != c.want {

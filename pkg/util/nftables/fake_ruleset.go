@@ -7,19 +7,25 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"time"
 
 	"golang.org/x/sys/unix"
+	"k8s.io/utils/clock"
 )
 
 // FakeRuleset is an in-memory table that refuses what the kernel refuses, with the
 // kernel's errno, and applies a transaction entirely or not at all (the shared
 // conformance tests run the same transactions against it and against the kernel).
+// Elements with a timeout lapse by its clock (SetClock; the real one by default):
+// from then on they are gone, as the kernel's lookups, listings and deletions
+// treat them before its garbage collector has removed them.
 type FakeRuleset struct {
 	mu     sync.Mutex
 	table  Table
 	exists bool
 	chains map[string]*fakeChain
 	sets   map[string]*fakeSet
+	clock  clock.PassiveClock
 
 	// Transactions counts the transactions Run applied (refused ones included).
 	Transactions int
@@ -39,7 +45,27 @@ type fakeSet struct {
 
 // NewFakeRuleset returns an empty fake of table t (the table does not exist yet).
 func NewFakeRuleset(t Table) *FakeRuleset {
-	return &FakeRuleset{table: t, chains: map[string]*fakeChain{}, sets: map[string]*fakeSet{}}
+	return &FakeRuleset{table: t, chains: map[string]*fakeChain{}, sets: map[string]*fakeSet{}, clock: clock.RealClock{}}
+}
+
+// SetClock makes the elements' timeouts run by c (a fake clock a test steps).
+func (f *FakeRuleset) SetClock(c clock.PassiveClock) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.clock = c
+}
+
+// expire removes the elements whose timeout has run out (f.mu held). The kernel
+// counts an element lapsed from the moment its expiration is reached.
+func (f *FakeRuleset) expire() {
+	now := f.clock.Now()
+	for _, s := range f.sets {
+		for k, e := range s.elems {
+			if !e.expires.IsZero() && !now.Before(e.expires) {
+				delete(s.elems, k)
+			}
+		}
+	}
 }
 
 func (f *FakeRuleset) Table() Table { return f.table }
@@ -50,6 +76,7 @@ func (f *FakeRuleset) Run(ctx context.Context, tx *Transaction) error {
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.expire()
 	f.Transactions++
 	var undo []func()
 	fail := func(o op, err error) error {
@@ -76,6 +103,21 @@ func (f *FakeRuleset) Run(ctx context.Context, tx *Transaction) error {
 		return fail(op{kind: opAddRule}, err)
 	}
 	f.Ops += len(tx.ops)
+	return nil
+}
+
+// checkTimeout refuses elements with a timeout their set cannot hold: the
+// kernel's EINVAL for a set without the timeout flag, and ours for a timeout the
+// kernel would read as none (minTimeout).
+func checkTimeout(s Set, timeout time.Duration) error {
+	switch {
+	case timeout == 0:
+		return nil
+	case !s.Timeout:
+		return errnof(unix.EINVAL, "set %s has no timeout flag: its elements cannot lapse", s.Name)
+	case timeout < minTimeout:
+		return errnof(unix.EINVAL, "timeout %v: under %v the kernel would keep the element for ever", timeout, minTimeout)
+	}
 	return nil
 }
 
@@ -196,8 +238,8 @@ func (f *FakeRuleset) apply(o op) (func(), error) {
 			f.sets[o.name] = &fakeSet{def: s, elems: map[string]element{}}
 			return func() { delete(f.sets, o.name) }, nil
 		}
-		if old.def.typeString() != o.set.typeString() || old.def.Interval != o.set.Interval {
-			return nil, errnof(unix.EEXIST, "set %s exists with type %s", o.name, old.def.typeString())
+		if old.def.typeString() != o.set.typeString() || old.def.flags() != o.set.flags() {
+			return nil, errnof(unix.EEXIST, "set %s exists with type %s and flags %q", o.name, old.def.typeString(), old.def.flags())
 		}
 		return nil, nil
 
@@ -226,6 +268,9 @@ func (f *FakeRuleset) apply(o op) (func(), error) {
 		if !ok {
 			return nil, errnof(unix.ENOENT, "set %s does not exist", o.name)
 		}
+		if err := checkTimeout(s.def, o.timeout); err != nil {
+			return nil, err
+		}
 		var added []string
 		undo := func() {
 			for _, k := range added {
@@ -239,7 +284,11 @@ func (f *FakeRuleset) apply(o op) (func(), error) {
 				return nil, errors.Join(err, unix.EINVAL)
 			}
 			if _, ok := s.elems[text]; ok {
+				// Kept as it is, its lifetime too (kernels before 6.10).
 				continue
+			}
+			if o.timeout != 0 {
+				e.timeout, e.expires = o.timeout, f.clock.Now().Add(o.timeout)
 			}
 			if s.def.Interval {
 				for other, oe := range s.elems {
@@ -389,6 +438,7 @@ func (f *FakeRuleset) ListElements(ctx context.Context, set string) ([][]string,
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.expire()
 	s, ok := f.sets[set]
 	if !ok || !f.exists {
 		return nil, errnof(unix.ENOENT, "set %s does not exist", set)
@@ -411,6 +461,7 @@ func (f *FakeRuleset) List(ctx context.Context) (chains, sets []string, err erro
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.expire()
 	if !f.exists {
 		return nil, nil, nil
 	}
@@ -429,6 +480,7 @@ func (f *FakeRuleset) List(ctx context.Context) (chains, sets []string, err erro
 func (f *FakeRuleset) Dump(context.Context) (string, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.expire()
 	if !f.exists {
 		return "", nil
 	}
@@ -443,7 +495,10 @@ func (f *FakeRuleset) Dump(context.Context) (string, error) {
 	sets := map[string]*canonSet{}
 	for n, s := range f.sets {
 		cs := &canonSet{header: setHeader(s.def)}
-		for k := range s.elems {
+		for k, e := range s.elems {
+			if e.timeout != 0 {
+				k += " timeout " + DurationString(e.timeout)
+			}
 			cs.elems = append(cs.elems, k)
 		}
 		sets[n] = cs
@@ -464,6 +519,7 @@ type FakeState struct {
 func (f *FakeRuleset) State() FakeState {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.expire()
 	st := FakeState{Chains: map[string]Chain{}, Rules: map[string][]Rule{}, Sets: map[string]Set{}, Elements: map[string][][]string{}}
 	for n, c := range f.chains {
 		st.Chains[n] = c.def

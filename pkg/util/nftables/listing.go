@@ -18,7 +18,7 @@ func userdataComment(c string) []byte { return userdata.AppendString(nil, userda
 //	chain NAME [type T hook H priority P policy accept]
 //	rule CHAIN <the rule as nft lists it>
 //	set NAME type K[ . K...][ flags interval][ comment "C"]
-//	element SET <the element as nft lists it>
+//	element SET <the element as nft lists it>[ timeout T]
 //
 // Chains and sets are sorted by name; each chain is followed by its rules in
 // order, each set by its elements, sorted.
@@ -61,13 +61,26 @@ func chainHeader(c Chain) string {
 
 func setHeader(s Set) string {
 	h := " type " + s.typeString()
-	if s.Interval {
-		h += " flags interval"
+	if f := s.flags(); f != "" {
+		h += " flags " + f
 	}
 	if s.Comment != "" {
 		h += " comment " + quote(s.Comment)
 	}
 	return h
+}
+
+// withoutExpiry drops what an element's " expires 1m59s988ms" says: the time left
+// changes from one listing to the next, its timeout does not.
+func withoutExpiry(e string) string {
+	before, after, ok := strings.Cut(e, " expires ")
+	if !ok {
+		return e
+	}
+	if _, rest, more := strings.Cut(after, " "); more {
+		return before + " " + rest
+	}
+	return before
 }
 
 // ParseListing turns the output of `nft list table FAMILY NAME` into the canonical
@@ -92,7 +105,7 @@ func ParseListing(listing string) (string, error) {
 			done := strings.HasSuffix(part, "}")
 			for _, e := range strings.Split(strings.TrimSuffix(part, "}"), ",") {
 				if e = strings.TrimSpace(e); e != "" {
-					curSet.elems = append(curSet.elems, e)
+					curSet.elems = append(curSet.elems, withoutExpiry(e))
 				}
 			}
 			return !done

@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // FamilyInet is the family whose tables see both IPv4 and IPv6 packets.
@@ -19,6 +20,8 @@ const (
 	KeyIPv6Addr    KeyType = "ipv6_addr"
 	KeyInetProto   KeyType = "inet_proto"
 	KeyInetService KeyType = "inet_service"
+	// KeyNFProto is a network protocol ("ipv4", "ipv6"): `meta nfproto`.
+	KeyNFProto KeyType = "nf_proto"
 )
 
 // size is the field's length in bytes as the kernel stores it, before padding.
@@ -28,7 +31,7 @@ func (k KeyType) size() int {
 		return 4
 	case KeyIPv6Addr:
 		return 16
-	case KeyInetProto:
+	case KeyInetProto, KeyNFProto:
 		return 1
 	case KeyInetService:
 		return 2
@@ -70,11 +73,13 @@ func (c Chain) base() bool { return c.Hook != "" }
 
 // Set is a set's definition. Interval sets must have at least two fields (the
 // kernel's concatenated-range backend); the last field of an interval set may be
-// written as a prefix ("10.0.0.0/8").
+// written as a prefix ("10.0.0.0/8"). Only a set with Timeout takes elements
+// with a timeout (Transaction.AddElementsWithTimeout); it has no default one.
 type Set struct {
 	Name     string
 	Key      []KeyType
 	Interval bool
+	Timeout  bool
 	Comment  string
 }
 
@@ -95,6 +100,37 @@ func (s Set) typeString() string {
 		parts[i] = string(k)
 	}
 	return strings.Join(parts, " . ")
+}
+
+// flags are the set's flags as nft lists them ("interval,timeout"; "" for none).
+func (s Set) flags() string {
+	var f []string
+	if s.Interval {
+		f = append(f, "interval")
+	}
+	if s.Timeout {
+		f = append(f, "timeout")
+	}
+	return strings.Join(f, ",")
+}
+
+// DurationString prints a timeout as nft lists it: "2m", "1m30s", "1s500ms", "1d".
+func DurationString(d time.Duration) string {
+	ms := d.Milliseconds()
+	if ms == 0 {
+		return "0s"
+	}
+	var b strings.Builder
+	for _, u := range []struct {
+		name string
+		ms   int64
+	}{{"d", 86400000}, {"h", 3600000}, {"m", 60000}, {"s", 1000}, {"ms", 1}} {
+		if n := ms / u.ms; n > 0 {
+			fmt.Fprintf(&b, "%d%s", n, u.name)
+			ms -= n * u.ms
+		}
+	}
+	return b.String()
 }
 
 func (s Set) validate() error {
@@ -151,6 +187,9 @@ func priorityString(h Hook, p int) string {
 
 // protoNames are the protocols nft prints by name.
 var protoNames = map[byte]string{6: "tcp", 17: "udp", 132: "sctp"}
+
+// nfprotoNames are the network protocols nft prints by name (NFPROTO_IPV4, _IPV6).
+var nfprotoNames = map[byte]string{2: "ipv4", 10: "ipv6"}
 
 // ProtoNumber is the IP protocol number of "tcp", "udp", "sctp" or a number.
 func ProtoNumber(s string) (byte, error) { return protoNumber(s) }
@@ -224,6 +263,13 @@ func fieldRange(k KeyType, s string, interval bool) (lo, hi []byte, err error) {
 		}
 		b := binary.BigEndian.AppendUint16(nil, uint16(v))
 		return b, b, nil
+	case KeyNFProto:
+		for n, name := range nfprotoNames {
+			if s == name {
+				return []byte{n}, []byte{n}, nil
+			}
+		}
+		return nil, nil, fmt.Errorf("network protocol %q: want ipv4 or ipv6", s)
 	}
 	return nil, nil, fmt.Errorf("unknown key type %q", k)
 }
@@ -251,6 +297,14 @@ func fieldString(k KeyType, lo, hi []byte) (string, error) {
 			return "", fmt.Errorf("bad protocol of %d bytes", len(lo))
 		}
 		return protoString(lo[0]), nil
+	case KeyNFProto:
+		if len(lo) != 1 {
+			return "", fmt.Errorf("bad network protocol of %d bytes", len(lo))
+		}
+		if n, ok := nfprotoNames[lo[0]]; ok {
+			return n, nil
+		}
+		return strconv.Itoa(int(lo[0])), nil
 	case KeyInetService:
 		if len(lo) != 2 {
 			return "", fmt.Errorf("bad port of %d bytes", len(lo))
@@ -281,9 +335,12 @@ func prefixBits(lo, hi []byte) int {
 }
 
 // element is one parsed element: its key's first and last value in the kernel's
-// layout (padded fields for a concatenation).
+// layout (padded fields for a concatenation), and in the Fake its timeout and when
+// it lapses (zero: never).
 type element struct {
-	lo, hi []byte
+	lo, hi  []byte
+	timeout time.Duration
+	expires time.Time
 }
 
 // parseElement turns a textual element into the kernel's key (and key end).

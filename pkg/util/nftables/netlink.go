@@ -110,7 +110,7 @@ func (r *netlinkRuleset) gset(s Set) *gnft.Set {
 		kt = gnft.MustConcatSetType(types...)
 	}
 	return &gnft.Set{Table: r.gtable(), Name: s.Name, KeyType: kt, Concatenation: len(types) > 1,
-		Interval: s.Interval, Comment: s.Comment, KeyByteOrder: binaryutil.BigEndian}
+		Interval: s.Interval, HasTimeout: s.Timeout, Comment: s.Comment, KeyByteOrder: binaryutil.BigEndian}
 }
 
 func gnftKeyType(k KeyType) gnft.SetDatatype {
@@ -121,13 +121,15 @@ func gnftKeyType(k KeyType) gnft.SetDatatype {
 		return gnft.TypeIP6Addr
 	case KeyInetProto:
 		return gnft.TypeInetProto
+	case KeyNFProto:
+		return gnft.TypeNFProto
 	default:
 		return gnft.TypeInetService
 	}
 }
 
 func keyTypeOf(t gnft.SetDatatype) (KeyType, error) {
-	for _, k := range []KeyType{KeyIPv4Addr, KeyIPv6Addr, KeyInetProto, KeyInetService} {
+	for _, k := range []KeyType{KeyIPv4Addr, KeyIPv6Addr, KeyInetProto, KeyInetService, KeyNFProto} {
 		if gnftKeyType(k).Name == t.Name {
 			return k, nil
 		}
@@ -148,7 +150,7 @@ func (r *netlinkRuleset) setDef(name string, pending map[string]Set) (Set, error
 	if err != nil {
 		return Set{}, fmt.Errorf("reading set %s: %w", name, err)
 	}
-	s := Set{Name: name, Interval: gs.Interval, Comment: gs.Comment}
+	s := Set{Name: name, Interval: gs.Interval, Timeout: gs.HasTimeout, Comment: gs.Comment}
 	fields := []gnft.SetDatatype{gs.KeyType}
 	if gs.Concatenation {
 		fields = gnft.ConcatSetTypeElements(gs.KeyType)
@@ -202,12 +204,23 @@ func (r *netlinkRuleset) Run(ctx context.Context, tx *Transaction) error {
 				return &OpError{Table: r.table, Op: o.String(), Err: err}
 			}
 			e.set = s
+			// google/nftables leaves out the timeout of an element of a set
+			// without the flag, which would make an element that never lapses:
+			// refused here as the kernel refuses it.
+			if o.kind == opAddElements {
+				if err := checkTimeout(s, o.timeout); err != nil {
+					return &OpError{Table: r.table, Op: o.String(), Err: err}
+				}
+			}
 			for _, fields := range o.elems {
 				el, err := parseElement(s, fields)
 				if err != nil {
 					return &OpError{Table: r.table, Op: o.String(), Err: errors.Join(err, unix.EINVAL)}
 				}
 				ge := gnft.SetElement{Key: el.lo}
+				if o.kind == opAddElements {
+					ge.Timeout = o.timeout
+				}
 				if s.Interval {
 					ge.KeyEnd = el.hi
 				}

@@ -89,6 +89,10 @@ const (
 	IP6Saddr
 	L4Proto // meta l4proto
 	THDport // th dport: the destination port of TCP, UDP or SCTP
+	// MetaNFProto is the packet's network protocol (meta nfproto), the same for
+	// every packet of a family: looked up in a set that holds it, or not, it
+	// turns rules on and off.
+	MetaNFProto
 )
 
 var fieldInfo = map[Field]struct {
@@ -102,6 +106,8 @@ var fieldInfo = map[Field]struct {
 	IP6Saddr: {"ip6 saddr", KeyIPv6Addr, unix.NFPROTO_IPV6},
 	L4Proto:  {"meta l4proto", KeyInetProto, 0},
 	THDport:  {"th dport", KeyInetService, 0},
+	// A lookup of it fixes no protocol: the set may hold either.
+	MetaNFProto: {"meta nfproto", KeyNFProto, 0},
 }
 
 // load loads f into reg (a 32-bit register number, or 1 for the first field).
@@ -124,6 +130,8 @@ func (f Field) load(c *ruleCtx, reg uint32) []expr.Any {
 		out = append(out, &expr.Meta{Key: expr.MetaKeyL4PROTO, Register: reg})
 	case THDport:
 		out = append(out, &expr.Payload{Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2, DestRegister: reg})
+	case MetaNFProto:
+		out = append(out, &expr.Meta{Key: expr.MetaKeyNFPROTO, Register: reg})
 	}
 	return out
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -52,6 +53,8 @@ type op struct {
 	name  string // the chain or set the op is about
 	rule  Rule
 	elems [][]string
+	// timeout of the elements added (opAddElements; 0: none).
+	timeout time.Duration
 }
 
 // Transaction is a list of operations on one table, applied by Ruleset.Run.
@@ -116,6 +119,23 @@ func (t *Transaction) AddElements(set string, elems ...[]string) {
 	}
 }
 
+// minTimeout is the shortest element timeout: the kernel counts in milliseconds
+// and takes a timeout of 0 for none, so a shorter one would make an element that
+// never lapses (both implementations refuse it with EINVAL).
+const minTimeout = time.Millisecond
+
+// AddElementsWithTimeout adds elements that lapse timeout after the transaction:
+// lookups stop matching them, listings leave them out, and deleting one is ENOENT.
+// The set must have been made with Timeout (EINVAL otherwise). Adding an element
+// that is there does not reliably change when it lapses (kernels before 6.10
+// 6.1 keeps its expiry, 6.18 takes the new timeout): delete it first, in the same
+// transaction, to give it a new lifetime.
+func (t *Transaction) AddElementsWithTimeout(set string, timeout time.Duration, elems ...[]string) {
+	if len(elems) > 0 {
+		t.ops = append(t.ops, op{kind: opAddElements, name: set, elems: elems, timeout: timeout})
+	}
+}
+
 // DeleteElements removes elements from a set; a missing one is ENOENT.
 func (t *Transaction) DeleteElements(set string, elems ...[]string) {
 	if len(elems) > 0 {
@@ -138,6 +158,9 @@ func (o op) String() string {
 		parts := make([]string, len(o.elems))
 		for i, e := range o.elems {
 			parts[i] = strings.Join(e, " . ")
+			if o.timeout != 0 {
+				parts[i] += " timeout " + DurationString(o.timeout)
+			}
 		}
 		return "{ " + strings.Join(parts, ", ") + " }"
 	}
@@ -159,8 +182,8 @@ func (o op) String() string {
 		return "add rule " + o.name + " " + o.rule.String()
 	case opAddSet:
 		s := fmt.Sprintf("add set %s { type %s;", o.name, o.set.typeString())
-		if o.set.Interval {
-			s += " flags interval;"
+		if f := o.set.flags(); f != "" {
+			s += " flags " + f + ";"
 		}
 		return s + " }"
 	case opFlushSet:
