@@ -60,6 +60,9 @@ type rulesBackend interface {
 	// switched backends). It runs after a full sync that wrote every member and
 	// rule, and reports whether everything went.
 	removeOther(ctx context.Context, stats *SyncStats) bool
+	// keepAlive runs first in every run of the sync loop: the nftables backend's
+	// rules apply only while the daemon renews them (nftalive.go).
+	keepAlive(ctx context.Context, stats *SyncStats)
 }
 
 // newRulesBackend returns the backend opts ask for.
@@ -77,7 +80,7 @@ func newRulesBackend(p *Proxier, opts Options, kernel Kernel) (rulesBackend, err
 		if kernel.NFTRules.Table() != nftTable {
 			return nil, fmt.Errorf("the %s rules backend writes table %s, not %s", RulesBackendNFTables, nftTable, kernel.NFTRules.Table())
 		}
-		return newNFTBackend(p, kernel.NFTRules, kernel.Reader), nil
+		return newNFTBackend(p, kernel.NFTRules, kernel.Reader)
 	}
 	return nil, fmt.Errorf("unknown rules backend %q (want %s or %s)", opts.RulesBackend, RulesBackendIPTables, RulesBackendNFTables)
 }
@@ -115,6 +118,10 @@ func (b iptablesBackend) ensureJumps(ctx context.Context, stats *SyncStats) erro
 func (b iptablesBackend) quiet(ctx context.Context, addrs []string, stats *SyncStats) func() {
 	return b.p.quietRefusals(ctx, addrs, stats)
 }
+
+// keepAlive has nothing to do: these are upstream's ipsets and chains, which
+// upstream's ipvs mode adopts and rewrites.
+func (b iptablesBackend) keepAlive(context.Context, *SyncStats) {}
 
 // removeOther removes this family's objects from the nftables backend's table, and
 // the table once no family has any left. Without a ruleset (the server opens one

@@ -48,14 +48,24 @@ type nftBackend struct {
 	// the quiet set, so an address leaving it never races one coming in.
 	quietMu sync.Mutex
 	quieted map[string]int
+	// alive is what we know of the family's liveness element (nftalive.go).
+	alive liveness
 }
 
-func newNFTBackend(p *Proxier, rs nft.Ruleset, reader *KernelReader) *nftBackend {
+func newNFTBackend(p *Proxier, rs nft.Ruleset, reader *KernelReader) (*nftBackend, error) {
 	b := &nftBackend{p: p, rs: rs, read: rs, fam: newNFTFamily(p.opts.IPFamily), quieted: map[string]int{}}
 	if reader != nil && reader.NFTRules != nil {
 		b.read = reader.NFTRules
 	}
-	return b
+	d, fromEnv, err := nftLiveness(p.opts.SyncPeriod)
+	if err != nil {
+		return nil, err
+	}
+	if fromEnv {
+		p.logger.Info("The nftables rules' liveness comes from the environment", "variable", EnvNFTLivenessTimeout, "lifetime", d, "syncPeriod", p.opts.SyncPeriod)
+	}
+	b.alive.timeout = d
+	return b, nil
 }
 
 // countedRuleset counts every transaction and listing in a sync's stats.
@@ -205,6 +215,10 @@ func (b *nftBackend) prepare(ctx context.Context, stats *SyncStats) error {
 	}
 	tx := nft.NewTransaction()
 	b.writeProgramme(tx, prog)
+	// The liveness element lives on with the programme when it lives: no moment
+	// without rules on a restart (else it comes after the elements, ensureJumps).
+	began := p.clock.Now()
+	renewed := b.aliveInProgramme(tx, chains, setNames)
 	// Addresses a scheduler change left behind (the process died in between, or
 	// someone added them) go; those whose quiet still lingers stay.
 	b.quietMu.Lock()
@@ -214,8 +228,14 @@ func (b *nftBackend) prepare(ctx context.Context, stats *SyncStats) error {
 	deleteObjects(tx, stale(chains), stale(setNames))
 	err = rs.Run(ctx, tx)
 	if err == nil {
+		if renewed {
+			b.alive.written(began)
+		}
 		return nil
 	}
+	// Written anew, the sets are empty, the liveness element gone with its set: the
+	// rules come on only once the elements are there.
+	b.alive.state, b.alive.inProgramme = aliveLapsed, false
 	p.logger.Error(err, "The kernel refused this family's nftables programme; replacing every object of the family", "table", nftTable.String())
 	tx = nft.NewTransaction()
 	tx.AddTable()
@@ -495,8 +515,13 @@ func (b *nftBackend) writeRules(ctx context.Context, _ []byte, outRules []string
 	return nil
 }
 
-// ensureJumps has nothing to do: the base chains are part of the programme.
-func (b *nftBackend) ensureJumps(context.Context, *SyncStats) error { return nil }
+// ensureJumps turns the rules on, now that the full sync has written the
+// elements and rules, unless the programme's transaction kept them on: the base
+// chains and their jumps are part of the programme, the liveness element decides
+// whether packets go past their gates (nftalive.go).
+func (b *nftBackend) ensureJumps(ctx context.Context, stats *SyncStats) error {
+	return b.reviveAfterFullSync(ctx, stats)
+}
 
 // nftQuietSet holds the addresses whose port unreachables are dropped while their
 // virtual servers' schedulers change (quiet.go); a rule at the top of the

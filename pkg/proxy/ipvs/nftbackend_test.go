@@ -99,6 +99,7 @@ func TestNFTBackendStartWritesTheTable(t *testing.T) {
 	e.start(nftServices()...)
 
 	diff(t, "elements", `
+element ip-alive ipv4 timeout 2m
 element ip-cluster-ip 10.96.0.10 . tcp . 80
 element ip-cluster-ip 10.96.0.11 . udp . 53
 element ip-cluster-ip 10.96.0.12 . tcp . 443
@@ -138,12 +139,13 @@ element ip-node-port-local udp . 30053
 		t.Errorf("held back: %+v", h)
 	}
 
-	// A restart over the same table writes nothing but the programme again.
+	// A restart over the same table renews the liveness element first, then
+	// writes nothing but the programme again (renewing the element with it).
 	before, n := nftDump(t, rs), rs.Transactions
 	e.useRulesBackend(RulesBackendNFTables, rs, true)
 	e.start(nftServices()...)
-	if n := rs.Transactions - n; n != 2 { // the programme, the out-filter chain
-		t.Errorf("a restart took %d transactions, want 2: the programme and the out-filter chain, no element", n)
+	if n := rs.Transactions - n; n != 3 { // the liveness element, the programme, the out-filter chain
+		t.Errorf("a restart took %d transactions, want 3: the liveness element, the programme and the out-filter chain, no element", n)
 	}
 	diff(t, "table after a restart", before, nftDump(t, rs))
 }

@@ -217,25 +217,28 @@ func buildNFTProgramme(in *rulesInput) (*nftProgramme, error) {
 
 	n := f.name
 	guard := nft.NFProto{IPv6: f.ipv6}
-	base := func(name string, t nft.ChainType, h nft.Hook, prio int, targets ...string) {
+	// Every base chain begins with the gate (nftalive.go): while the daemon does not
+	// run, the family's alive set is empty and nothing after the gate applies.
+	p.sets = append(p.sets, nft.Set{Name: n(nftAliveSet), Key: []nft.KeyType{nft.KeyNFProto}, Timeout: true, Comment: nftAliveComment})
+	base := func(name string, t nft.ChainType, h nft.Hook, prio int, first []nft.Rule, targets ...string) {
 		p.chains = append(p.chains, nft.Chain{Name: n(name), Type: t, Hook: h, Priority: prio})
+		p.rules[n(name)] = append([]nft.Rule{f.nftGate()}, first...)
 		for _, to := range targets {
 			p.rules[n(name)] = append(p.rules[n(name)], nft.Rule{Stmts: []nft.Stmt{guard, nft.JumpTo(n(to))}})
 		}
 	}
 	// The built-in chains the iptables programme hooks into, at iptables' priorities.
-	base("nat-prerouting", nft.ChainTypeNAT, nft.HookPrerouting, -100, "services")
-	base("nat-output", nft.ChainTypeNAT, nft.HookOutput, -100, "services")
-	base("nat-postrouting", nft.ChainTypeNAT, nft.HookPostrouting, 100, "postrouting")
-	base("filter-forward", nft.ChainTypeFilter, nft.HookForward, 0, "forward", "proxy-firewall")
-	base("filter-input", nft.ChainTypeFilter, nft.HookInput, 0, "node-port-filter", "proxy-firewall", "ipvs-filter")
+	base("nat-prerouting", nft.ChainTypeNAT, nft.HookPrerouting, -100, nil, "services")
+	base("nat-output", nft.ChainTypeNAT, nft.HookOutput, -100, nil, "services")
+	base("nat-postrouting", nft.ChainTypeNAT, nft.HookPostrouting, 100, nil, "postrouting")
+	base("filter-forward", nft.ChainTypeFilter, nft.HookForward, 0, nil, "forward", "proxy-firewall")
+	base("filter-input", nft.ChainTypeFilter, nft.HookInput, 0, nil, "node-port-filter", "proxy-firewall", "ipvs-filter")
 	// While schedulers change, the port unreachables IPVS sends from those
-	// addresses are dropped (quiet.go): before anything else on output.
-	// (base appends its jump after this rule.)
+	// addresses are dropped (quiet.go): first on output, after the gate.
 	p.sets = append(p.sets, nft.Set{Name: n(nftQuietSet), Key: []nft.KeyType{f.addr}, Comment: "service addresses whose scheduler changes"})
-	p.rules[n("filter-output")] = []nft.Rule{{Stmts: []nft.Stmt{nft.InSet{Fields: []nft.Field{f.saddr}, Set: n(nftQuietSet)},
-		nft.PortUnreachable{IPv6: f.ipv6}, nft.DropVerdict}, Comment: quietComment}}
-	base("filter-output", nft.ChainTypeFilter, nft.HookOutput, 0, "ipvs-out-filter")
+	quiet := nft.Rule{Stmts: []nft.Stmt{nft.InSet{Fields: []nft.Field{f.saddr}, Set: n(nftQuietSet)},
+		nft.PortUnreachable{IPv6: f.ipv6}, nft.DropVerdict}, Comment: quietComment}
+	base("filter-output", nft.ChainTypeFilter, nft.HookOutput, 0, []nft.Rule{quiet}, "ipvs-out-filter")
 	for _, c := range []string{"services", "postrouting", "node-port", "load-balancer", "mark-masq",
 		"forward", "node-port-filter", "proxy-firewall", "source-ranges-firewall", "ipvs-filter", "ipvs-out-filter"} {
 		p.chains = append(p.chains, nft.Chain{Name: n(c)})

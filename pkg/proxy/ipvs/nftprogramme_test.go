@@ -65,6 +65,7 @@ func loadNFTProgramme(t *testing.T, r nft.Ruleset) {
 		tx := nft.NewTransaction()
 		p.writeAll(tx)
 		f := newNFTFamily(in.family)
+		f.writeAlive(tx, minNFTLiveness)
 		for base, entries := range nftSampleEntries[in.family] {
 			for _, e := range entries {
 				set, fields, err := nftElement(base, e)
@@ -92,8 +93,13 @@ func TestNFTProgrammeLoads(t *testing.T) {
 	}
 	for _, want := range []string{
 		"chain ip-nat-prerouting type nat hook prerouting priority dstnat policy accept",
+		"rule ip-nat-prerouting meta nfproto != @ip-alive return comment \"nothing below applies unless kube-proxy-ipvs is running\"",
 		"rule ip-nat-prerouting meta nfproto ipv4 jump ip-services",
+		"rule ip6-filter-input meta nfproto != @ip6-alive return comment \"nothing below applies unless kube-proxy-ipvs is running\"",
 		"rule ip6-filter-input meta nfproto ipv6 jump ip6-ipvs-filter",
+		"set ip-alive type nf_proto flags timeout comment \"" + nftAliveComment + "\"",
+		"element ip-alive ipv4 timeout 2m",
+		"element ip6-alive ipv6 timeout 2m",
 		"rule ip-services ip saddr != 10.244.0.0/16 ip daddr . meta l4proto . th dport @ip-cluster-ip jump ip-mark-masq",
 		"rule ip6-services iifname != \"cni*\" ip6 daddr . meta l4proto . th dport @ip6-cluster-ip jump ip6-mark-masq",
 		"rule ip-services ip daddr . meta l4proto . th dport @ip-external-ip meta iifkind != \"bridge\" fib saddr type != local accept",

@@ -17,6 +17,7 @@ import (
 	"testing"
 
 	v1 "k8s.io/api/core/v1"
+	testingclock "k8s.io/utils/clock/testing"
 
 	nft "github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/nftables"
 )
@@ -24,6 +25,8 @@ import (
 type nftTracer struct {
 	*tracer // the IPVS table, local addresses and helpers
 	st      nft.FakeState
+	fake    *nft.FakeRuleset
+	clock   *testingclock.FakePassiveClock
 }
 
 // nftTracerFor loads the nftables programme of e's proxier into a Fake.
@@ -35,9 +38,12 @@ func (e *testEnv) nftTracer() *nftTracer {
 		t.Fatal(err)
 	}
 	fake := nft.NewFakeRuleset(nftTable)
+	clk := testingclock.NewFakePassiveClock(e.clock.Now())
+	fake.SetClock(clk)
 	tx := nft.NewTransaction()
 	prog.writeAll(tx)
 	f := newNFTFamily(p.opts.IPFamily)
+	f.writeAlive(tx, minNFTLiveness)
 	all, err := e.ipset.SaveAll(context.Background())
 	if err != nil {
 		t.Fatal(err)
@@ -68,7 +74,13 @@ func (e *testEnv) nftTracer() *nftTracer {
 	if err := fake.Run(context.Background(), tx); err != nil {
 		t.Fatalf("loading the nftables programme: %v", err)
 	}
-	return &nftTracer{tracer: e.tracer(), st: fake.State()}
+	return &nftTracer{tracer: e.tracer(), st: fake.State(), fake: fake, clock: clk}
+}
+
+// lapse lets the liveness element lapse, as when the daemon has stopped for good.
+func (tr *nftTracer) lapse() {
+	tr.clock.SetTime(tr.clock.Now().Add(minNFTLiveness))
+	tr.st = tr.fake.State()
 }
 
 // hookChains are the base chains of a hook (and chain type), in priority order.
@@ -198,6 +210,11 @@ func (tr *nftTracer) field(f nft.Field, st *pktState) string {
 		return st.p.proto
 	case nft.THDport:
 		return strconv.Itoa(st.dstPort)
+	case nft.MetaNFProto:
+		if strings.Contains(st.p.src, ":") {
+			return "ipv6"
+		}
+		return "ipv4"
 	}
 	tr.t.Fatalf("field %v unsupported", f)
 	return ""

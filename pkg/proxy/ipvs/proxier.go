@@ -495,6 +495,10 @@ const slowPartialSync = 500 * time.Millisecond
 func (p *Proxier) syncProxyRules() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	// Before anything else, initialized or not: the nftables backend's rules stay
+	// on only while they are renewed (nftalive.go).
+	var alive SyncStats
+	p.rules.keepAlive(p.ctx, &alive)
 	if !p.initialized.Load() {
 		p.logger.V(2).Info("Not syncing ipvs rules until Services and Endpoints have been received from master")
 		return
@@ -539,6 +543,7 @@ func (p *Proxier) syncProxyRules() {
 		}
 	}
 	stats.addChanges(changes) // nothing when none were applied first
+	stats.addSlice(alive)     // the liveness element's renewal, if any
 	if err == nil && p.slicer != nil {
 		var n int
 		var longest time.Duration
