@@ -71,6 +71,7 @@ declare -A iptables_only=(
 	[TestTwoNodeNFTables]="switches both nodes to nftables itself, after the same traffic on iptables"
 	[TestStartWithoutAPIServer]="control-plane resilience (a start without the apiserver), not the rules backend"
 	[TestLongAPIServerOutageUnderTraffic]="control-plane resilience (a long apiserver outage), not the rules backend"
+	[TestRollbackFromNFTablesToUpstreamIPVS]="switches our daemon to nftables itself, then rolls back to upstream's ipvs mode"
 )
 listed=" ${nft_scenarios[*]} ${!iptables_only[*]} "
 unlisted=()
