@@ -35,7 +35,7 @@ var (
 		"proxy-firewall", "source-ranges-firewall", "ipvs-filter", "ipvs-out-filter"}
 	nftSets = []string{"loop-back", "cluster-ip", "external-ip", "external-ip-local", "load-balancer", "load-balancer-fw",
 		"load-balancer-local", "load-balancer-source", "node-port", "node-port-local", "node-port-sctp",
-		"node-port-local-sctp", "health-check-node-port", "ipvs-ips", "quiet"}
+		"node-port-local-sctp", "health-check-node-port", "ipvs-ips", "quiet", "alive"}
 )
 
 // shell runs a bash script on a node: vm.Sh for the suite's node,
@@ -90,6 +90,7 @@ func nftIncomplete(canon string, prefixes ...string) []string {
 		}
 		v := map[string]string{"ip-": "ipv4", "ip6-": "ipv6"}[p]
 		for _, r := range []string{
+			"rule " + p + "nat-prerouting meta nfproto != @" + p + "alive return comment \"nothing below applies unless kube-proxy-ipvs is running\"",
 			"rule " + p + "nat-prerouting meta nfproto " + v + " jump " + p + "services",
 			"rule " + p + "nat-output meta nfproto " + v + " jump " + p + "services",
 			"rule " + p + "nat-postrouting meta nfproto " + v + " jump " + p + "postrouting",
