@@ -20,8 +20,20 @@ RUN CGO_ENABLED=0 GOOS=linux go build -trimpath \
 
 # The e2e suite replays this stage without a registry (hack/image-rootfs.sh:
 # mmdebstrap, then these RUN lines verbatim) and runs the daemon from the result:
-# keep it FROM debian:<suite>[-slim], RUN, COPY --from=build and ENTRYPOINT.
+# keep it FROM debian:<suite>[-slim], ARG, LABEL, RUN, COPY --from=build and
+# ENTRYPOINT.
 FROM debian:bookworm-slim
+# OCI labels; make release sets the same ones on the image it writes
+# (hack/release.sh: the release version, the commit and its date).
+ARG VERSION=v0.0.0-dev
+ARG REVISION=unknown
+ARG CREATED=1970-01-01T00:00:00Z
+LABEL org.opencontainers.image.title=kube-proxy-ipvs \
+      org.opencontainers.image.source=https://github.com/kube-proxy-ipvs/kube-proxy-ipvs \
+      org.opencontainers.image.licenses=Apache-2.0 \
+      org.opencontainers.image.version="${VERSION}" \
+      org.opencontainers.image.revision="${REVISION}" \
+      org.opencontainers.image.created="${CREATED}"
 RUN apt-get update \
  && apt-get install -y --no-install-recommends \
       iptables ipset conntrack ipvsadm kmod nftables ca-certificates \

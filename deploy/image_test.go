@@ -21,7 +21,9 @@ func imagePlan(t *testing.T, dockerfile string) (string, error) {
 // TestImageRootfsReadsTheDockerfile: the e2e image root filesystem is built
 // from the Dockerfile's runtime stage itself: its base, its one RUN (comment
 // lines inside the continuation dropped, as docker does) with the package list
-// and the nft alternatives, and the binary's COPY destination.
+// and the nft alternatives, and the binary's COPY destination. Its ARGs and
+// OCI LABELs are recorded (make release sets them on the image) and are not
+// part of the root filesystem's cache key.
 func TestImageRootfsReadsTheDockerfile(t *testing.T) {
 	if _, err := exec.LookPath("dpkg"); err != nil {
 		t.Skip("hack/image-rootfs.sh runs on Debian (dpkg)")
@@ -37,11 +39,58 @@ func TestImageRootfsReadsTheDockerfile(t *testing.T) {
 		"entrypoint: /usr/local/bin/kube-proxy \n",
 		"source: deb http://deb.debian.org/debian bookworm bookworm-updates main\n",
 		"source: deb http://deb.debian.org/debian-security bookworm-security main\n",
+		"arg: VERSION=v0.0.0-dev\n",
+		"arg: REVISION=unknown\n",
+		"arg: CREATED=1970-01-01T00:00:00Z\n",
+		"label: org.opencontainers.image.title=kube-proxy-ipvs\n",
+		"label: org.opencontainers.image.source=https://github.com/kube-proxy-ipvs/kube-proxy-ipvs\n",
+		"label: org.opencontainers.image.licenses=Apache-2.0\n",
+		"label: org.opencontainers.image.version=${VERSION}\n",
+		"label: org.opencontainers.image.revision=${REVISION}\n",
+		"label: org.opencontainers.image.created=${CREATED}\n",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("--plan lacks %q:\n%s", want, out)
 		}
 	}
+
+	// Without its ARG and LABEL lines the stage has the same cache entry.
+	data, err := os.ReadFile("../Dockerfile")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var kept []string
+	inLabel := false
+	for _, line := range strings.Split(string(data), "\n") {
+		if inLabel || strings.HasPrefix(line, "LABEL ") {
+			inLabel = strings.HasSuffix(line, "\\")
+			continue
+		}
+		if !strings.HasPrefix(line, "ARG ") || strings.Contains(line, "golang") {
+			kept = append(kept, line)
+		}
+	}
+	bare := filepath.Join(t.TempDir(), "Dockerfile")
+	if err := os.WriteFile(bare, []byte(strings.Join(kept, "\n")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	bareOut, err := imagePlan(t, bare)
+	if err != nil {
+		t.Fatalf("--plan without ARG and LABEL: %v\n%s", err, bareOut)
+	}
+	if strings.Contains(bareOut, "label: ") || planEntry(out) != planEntry(bareOut) {
+		t.Errorf("ARG and LABEL change the cache entry or survive their removal:\n%s\n---\n%s", out, bareOut)
+	}
+}
+
+// planEntry is the cache entry's name in a --plan output.
+func planEntry(plan string) string {
+	for _, line := range strings.Split(plan, "\n") {
+		if e, ok := strings.CutPrefix(line, "entry: "); ok {
+			return filepath.Base(e)
+		}
+	}
+	return ""
 }
 
 // TestImageRootfsRefusesWhatItCannotReplay: an instruction of the runtime
@@ -58,6 +107,10 @@ func TestImageRootfsRefusesWhatItCannotReplay(t *testing.T) {
 		"exec RUN":   "FROM debian:bookworm\nRUN [\"true\"]\nCOPY --from=build /out/kube-proxy /usr/local/bin/kube-proxy\n",
 		"other COPY": "FROM debian:bookworm\nRUN true\nCOPY kube-proxy /usr/local/bin/kube-proxy\n",
 		"no RUN":     "FROM debian:bookworm\nCOPY --from=build /out/kube-proxy /usr/local/bin/kube-proxy\n",
+		// LABEL KEY VALUE (the legacy form) and escapes in quoted values are not parsed.
+		"legacy LABEL":  "FROM debian:bookworm\nLABEL a b\nRUN true\nCOPY --from=build /out/kube-proxy /usr/local/bin/kube-proxy\n",
+		"escaped LABEL": "FROM debian:bookworm\nLABEL a=\"x\\\"y\"\nRUN true\nCOPY --from=build /out/kube-proxy /usr/local/bin/kube-proxy\n",
+		"ARG list":      "FROM debian:bookworm\nARG A B\nRUN true\nCOPY --from=build /out/kube-proxy /usr/local/bin/kube-proxy\n",
 	} {
 		path := filepath.Join(t.TempDir(), "Dockerfile")
 		if err := os.WriteFile(path, []byte("FROM golang AS build\nRUN go build\n"+stage), 0o644); err != nil {

@@ -11,6 +11,10 @@
 #   COPY --from=build SRC DST  -> DST is where the daemon goes; the harness puts
 #                                 our bin/kube-proxy there on every run
 #   ENTRYPOINT [...]           -> recorded
+#   ARG NAME[=DEFAULT]         -> recorded (--plan: "arg: NAME=DEFAULT")
+#   LABEL KEY=VALUE ...        -> recorded unexpanded (--plan: "label: KEY=VALUE");
+#                                 image metadata, neither in the root filesystem
+#                                 nor in its cache key (hack/release.sh sets them)
 #
 # Any other instruction in that stage stops the script: teach it first.
 #
@@ -33,9 +37,23 @@
 # kept in $KPI_CACHE/image/debs for the next rebuild.
 #
 # Environment: KPI_CACHE (default /var/cache/kube-proxy-ipvs), KPI_IMAGE_ARCH
-# (Debian architecture, default the host's), KPI_IMAGE_MIRROR (default
+# (Debian architecture, default the host's; see "A foreign architecture" below),
+# KPI_IMAGE_MIRROR (default
 # http://deb.debian.org; e.g. http://snapshot.debian.org/archive to pin with
 # KPI_IMAGE_SNAPSHOT=20250520T000000Z), KPI_DOCKERFILE (default ./Dockerfile).
+#
+# A foreign architecture (KPI_IMAGE_ARCH=arm64 on an amd64 host) runs no binary
+# of that architecture (no QEMU, no binfmt_misc): its entry is derived from the
+# host architecture's entry, whose RUN did run. Every architecture-dependent
+# package the native root filesystem holds is replaced by the foreign build of
+# the same version (a different binNMU suffix, +bN, is accepted: binNMUs are per
+# architecture) from the same sources: its files removed (dpkg's file list), the
+# foreign .deb unpacked (with the -slim excludes), dpkg's status and info files
+# rewritten to it. Everything the maintainer scripts and the RUN made
+# (alternatives, users, the CA bundle, ...) stays as the native run made it,
+# except /etc/ld.so.cache (the native libraries' cache; the foreign ld.so finds
+# its libraries in its default directories without it). The manifest lists each
+# substitution; its "# tools" section is not run.
 #
 # KPI_IMAGE_REBUILD=1 hack/image-rootfs.sh rebuilds the entry (fresh Debian
 # updates). Needs root, mmdebstrap and zstd (hack/install-deps.sh). mmdebstrap --mode=root
@@ -47,7 +65,8 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 dockerfile=${KPI_DOCKERFILE:-$root/Dockerfile}
 [[ -f $dockerfile ]] || { echo "[image] FAIL: no Dockerfile at $dockerfile" >&2; exit 1; }
 cache=${KPI_CACHE:-/var/cache/kube-proxy-ipvs}
-arch=${KPI_IMAGE_ARCH:-$(dpkg --print-architecture)}
+host_arch=$(dpkg --print-architecture)
+arch=${KPI_IMAGE_ARCH:-$host_arch}
 mirror=${KPI_IMAGE_MIRROR:-http://deb.debian.org}
 log() { echo "[image] $*" >&2; }
 die() { log "FAIL: $*"; exit 1; }
@@ -72,7 +91,7 @@ stage_instructions() {
 }
 
 from='' binary_path='' entrypoint=''
-runs=()
+runs=() args=() labels=()
 while IFS= read -r -d '' inst; do
 	inst=$(sed -E 's/^[[:space:]]+//; s/[[:space:]]+/ /g' <<<"$inst")
 	kw=${inst%% *}
@@ -90,6 +109,21 @@ while IFS= read -r -d '' inst; do
 		;;
 	ENTRYPOINT)
 		entrypoint=$(sed -E 's/^\[//; s/\]$//; s/"//g; s/, */\n/g' <<<"$rest")
+		;;
+	ARG)
+		[[ $rest =~ ^[A-Za-z_][A-Za-z0-9_]*(=[^[:space:]]*)?$ ]] || die "only 'ARG NAME[=DEFAULT]' is handled: $inst"
+		args+=("$rest")
+		;;
+	LABEL)
+		# KEY=VALUE pairs, VALUE bare or in double quotes (no escapes); the
+		# legacy 'LABEL KEY VALUE' form is refused.
+		l=$rest
+		while [[ -n $l ]]; do
+			[[ $l =~ ^([A-Za-z0-9._/-]+)=(\"([^\"\\]*)\"|([^\"[:space:]]+))([[:space:]]+(.*))?$ ]] ||
+				die "only 'LABEL KEY=VALUE ...' (VALUE bare or \"quoted\", no escapes) is handled: $inst"
+			labels+=("${BASH_REMATCH[1]}=${BASH_REMATCH[3]}${BASH_REMATCH[4]}")
+			l=${BASH_REMATCH[6]}
+		done
 		;;
 	*) die "$dockerfile: instruction $kw of the runtime stage is not handled by $0" ;;
 	esac
@@ -113,27 +147,44 @@ fi
 
 # Bump when the way this script builds changes (a new key rebuilds: minutes).
 recipe=1
-key=$({
-	echo "$recipe $from"
-	printf '%s\n' "${runs[@]}" "$arch" "${sources[@]}"
-} | sha256sum | cut -c1-12)
-out="$cache/image/$suite-$arch-$key"
+entry_for() {
+	local key
+	key=$({
+		echo "$recipe $from"
+		printf '%s\n' "${runs[@]}" "$1" "${sources[@]}"
+	} | sha256sum | cut -c1-12)
+	echo "$cache/image/$suite-$1-$key"
+}
+out=$(entry_for "$arch")
 
 if [[ ${1:-} == --plan ]]; then
 	echo "from: $from"
 	printf 'run: %s\n' "${runs[@]}"
 	echo "binary: $binary_path"
 	echo "entrypoint: $(tr '\n' ' ' <<<"$entrypoint")"
+	if ((${#args[@]})); then printf 'arg: %s\n' "${args[@]}"; fi
+	if ((${#labels[@]})); then printf 'label: %s\n' "${labels[@]}"; fi
 	printf 'source: %s\n' "${sources[@]}"
 	echo "entry: $out"
+	if [[ $arch != "$host_arch" ]]; then echo "derived from: the $host_arch entry"; fi
 	exit 0
 fi
-ready() { [[ -f "$out/manifest.txt" && -f "$out/image.cpio.zst" && ${KPI_IMAGE_REBUILD:-0} != 1 ]]; }
+# A foreign entry is also stale once the native one it was derived from is rebuilt.
+ready() {
+	[[ -f "$out/manifest.txt" && -f "$out/image.cpio.zst" && ${KPI_IMAGE_REBUILD:-0} != 1 ]] &&
+		{ [[ $arch == "$host_arch" ]] || [[ "$out/manifest.txt" -nt "$(entry_for "$host_arch")/manifest.txt" ]]; }
+}
 if ready; then
 	echo "$out"
 	exit 0
 fi
 [[ $(id -u) -eq 0 ]] || die "building the image root filesystem needs root (mmdebstrap --mode=root)"
+if [[ $arch != "$host_arch" ]]; then
+	native=$(KPI_IMAGE_ARCH=$host_arch "${BASH_SOURCE[0]}")
+	# shellcheck source=hack/image-rootfs-foreign.sh
+	source "$root/hack/image-rootfs-foreign.sh"
+	exit 0
+fi
 command -v mmdebstrap >/dev/null || die "mmdebstrap missing: run hack/install-deps.sh"
 mkdir -p "$cache/image/debs"
 # Concurrent runs wait for each other instead of building twice.
@@ -230,7 +281,7 @@ printf '%s\n' "$entrypoint" >"$work/entrypoint"
 mv "$work/image" "$work/binary-path" "$work/entrypoint" "$work/manifest.txt" "$out/"
 pack
 # Older entries (other package lists or script versions) are dead weight.
-for old in "$cache/image/"*-*-*; do
+for old in "$cache/image/"*-"$arch"-*; do
 	if [[ -d $old && $old != "$out" ]]; then rm -rf "$old"; fi
 done
 log "image root filesystem $(du -sh "$out/image" | cut -f1) ($(du -h "$out/image.cpio.zst" | cut -f1) as cpio.zst) built in $((SECONDS - start)) s"
