@@ -5,7 +5,7 @@ GO ?= go
 BIN := bin
 export CGO_ENABLED ?= 0
 
-.PHONY: all build test unit integration vmtest e2e soak outage demo bench lint image deps clean
+.PHONY: all build test unit integration vmtest e2e soak outage demo bench lint image deps clean release release-test
 
 all: build
 
@@ -18,7 +18,7 @@ build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/kube-proxy ./cmd/kube-proxy
 
 # Everything CI runs: the README's test command.
-test: deps lint unit integration vmtest e2e
+test: deps lint unit integration vmtest e2e release-test
 
 deps:
 	hack/install-deps.sh
@@ -66,6 +66,16 @@ IMAGE ?= kube-proxy-ipvs:dev
 
 image:
 	docker build --build-arg VERSION=$(VERSION) -t $(IMAGE) .
+
+# Static binaries for linux/amd64 and linux/arm64, the image as an OCI layout archive
+# (both architectures, built without Docker or a registry), an SPDX SBOM and
+# SHA256SUMS in _output/release/$(VERSION)/ (hack/release.sh; root, as
+# hack/image-rootfs.sh). release-test checks what it wrote.
+release:
+	VERSION=$(VERSION) hack/release.sh
+
+release-test: release
+	cd hack/release && KPI_RELEASE_DIR=$(CURDIR)/_output/release/$(VERSION) $(GO) test -count=1 -run '^TestRelease$$' -v .
 
 clean:
 	rm -rf $(BIN) _output
