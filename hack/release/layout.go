@@ -247,12 +247,21 @@ func copyBlob(tw *tar.Writer, entry func(string, int64, int64, byte) error, name
 	return err
 }
 
+// runtimeFiles are left out of a layer: the container runtime provides them
+// (docker and the kubelet mount the node's or their own), and the root
+// filesystem's copies are the build machine's (mmdebstrap copies them in).
+var runtimeFiles = map[string]bool{
+	"etc/hostname":    true,
+	"etc/resolv.conf": true,
+}
+
 // writeLayer writes the gzipped tar of rootfs with binary added at binaryPath
 // to path, and returns its descriptor and diff ID (the uncompressed tar's
 // digest). Entries are in lexical order with numeric owners only, mtimes
 // clamped to date, hard links kept; the contents of /dev, /proc and /sys are
 // left out (the runtime mounts them; the mmdebstrap tree has device nodes),
-// as are extended attributes (the image has no file capabilities).
+// as are runtimeFiles and extended attributes (the image has no file
+// capabilities).
 func writeLayer(path, rootfs, binary, binaryPath string, date time.Time) (descriptor, string, error) {
 	out, err := os.Create(path)
 	if err != nil {
@@ -304,6 +313,9 @@ func writeLayer(path, rootfs, binary, binaryPath string, date time.Time) (descri
 			if err := writeBinary(); err != nil {
 				return err
 			}
+		}
+		if runtimeFiles[name] {
+			return nil
 		}
 		fi, err := d.Info()
 		if err != nil {

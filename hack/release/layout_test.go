@@ -48,7 +48,8 @@ func TestExpandLabels(t *testing.T) {
 
 // TestWriteLayout writes a layout from two small root filesystems and reads it
 // back: structure, platforms, config, and a layer holding the root filesystem
-// (mtimes clamped, hard links kept, /dev's contents left out) plus the binary.
+// (mtimes clamped, hard links kept, /dev's contents and the build machine's
+// /etc/hostname left out) plus the binary.
 func TestWriteLayout(t *testing.T) {
 	dir := t.TempDir()
 	date := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
@@ -65,6 +66,7 @@ func TestWriteLayout(t *testing.T) {
 		must(t, os.Symlink("usr/bin", filepath.Join(root, "bin")))
 		must(t, os.WriteFile(filepath.Join(root, "dev/null"), nil, 0o644))
 		must(t, os.WriteFile(filepath.Join(root, "etc/zzz"), nil, 0o644))
+		must(t, os.WriteFile(filepath.Join(root, "etc/hostname"), []byte("build-host\n"), 0o644))
 		binary := filepath.Join(dir, "kube-proxy-"+arch)
 		must(t, os.WriteFile(binary, []byte("binary-"+arch), 0o644))
 		plats = append(plats, platform{arch: arch, rootfs: root, binary: binary})

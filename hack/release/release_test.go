@@ -143,7 +143,11 @@ func checkLayer(t *testing.T, dir, arch, binaryPath string, layer []byte) {
 	}
 	var status string
 	elfFiles, foreign, foundBinary := 0, 0, false
+	alternatives := map[string]string{}
 	layerFiles(t, layer, func(h *tar.Header, r io.Reader) {
+		if name, ok := strings.CutPrefix(h.Name, "etc/alternatives/"); ok && h.Typeflag == tar.TypeSymlink {
+			alternatives[name] = h.Linkname
+		}
 		if h.Typeflag != tar.TypeReg {
 			return
 		}
@@ -160,6 +164,9 @@ func checkLayer(t *testing.T, dir, arch, binaryPath string, layer []byte) {
 			}
 		case "var/lib/dpkg/status":
 			status = string(data)
+		}
+		if runtimeFiles[h.Name] {
+			t.Errorf("%s: the layer holds %s (the build machine's)", arch, h.Name)
 		}
 		if len(data) > 4 && string(data[:4]) == elf.ELFMAG {
 			f, err := elf.NewFile(strings.NewReader(string(data)))
@@ -183,6 +190,22 @@ func checkLayer(t *testing.T, dir, arch, binaryPath string, layer []byte) {
 	}
 	if elfFiles < 100 {
 		t.Errorf("only %d ELF files in the layer", elfFiles)
+	}
+	// The alternatives the RUN set (update-alternatives --set), as recorded.
+	manifestText, err := os.ReadFile(filepath.Join(dir, "image-manifest-linux-"+arch+".txt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, section, _ := strings.Cut(string(manifestText), "# alternatives\n")
+	section, _, _ = strings.Cut(section, "#")
+	if section == "" {
+		t.Errorf("%s: the manifest records no alternatives", arch)
+	}
+	for _, line := range strings.Split(strings.TrimSpace(section), "\n") {
+		name, target, _ := strings.Cut(line, " -> ")
+		if alternatives[name] != target {
+			t.Errorf("%s: /etc/alternatives/%s -> %q in the layer, the manifest says %q", arch, name, alternatives[name], target)
+		}
 	}
 	// dpkg's status: installed packages and versions.
 	var inStatus []string
