@@ -180,7 +180,10 @@ if ready; then
 fi
 [[ $(id -u) -eq 0 ]] || die "building the image root filesystem needs root (mmdebstrap --mode=root)"
 if [[ $arch != "$host_arch" ]]; then
-	native=$(KPI_IMAGE_ARCH=$host_arch "${BASH_SOURCE[0]}")
+	# The native entry as it is (built if missing): KPI_IMAGE_REBUILD=1 rebuilds
+	# only the entry asked for, so a release that asks for amd64 then arm64
+	# runs mmdebstrap once.
+	native=$(KPI_IMAGE_ARCH=$host_arch KPI_IMAGE_REBUILD=0 "${BASH_SOURCE[0]}")
 	# shellcheck source=hack/image-rootfs-foreign.sh
 	source "$root/hack/image-rootfs-foreign.sh"
 	exit 0
