@@ -25,24 +25,35 @@ type helpFlag struct {
 // flagLine starts a flag's entry: "  -v, --v Level   usage" or "      --name type   usage".
 var flagLine = regexp.MustCompile(`^\s+(?:-\w, )?--([\w-]+)(?: (\S+))?(?:\s{2,}|$)(.*)$`)
 
-// parseHelp reads cobra/pflag --help output into flags. An entry runs from its
-// flag line to the next flag line or section heading; its default is the
-// "(default ...)" pflag appends to the end of the usage text.
+// parseHelp reads cobra/pflag --help output into flags: each one's type, and the
+// default pflag appends to its usage text as "(default ...)".
 func parseHelp(t *testing.T, text string) map[string]helpFlag {
 	t.Helper()
 	flags := map[string]helpFlag{}
-	var name string
-	var usage strings.Builder
-	flush := func() {
-		if name == "" {
-			return
-		}
-		f := flags[name]
-		u := strings.TrimSpace(usage.String())
-		if i := strings.LastIndex(u, " (default "); i >= 0 && strings.HasSuffix(u, ")") {
-			f.Default = u[i+len(" (default ") : len(u)-1]
+	for name, e := range helpEntries(text) {
+		f := helpFlag{Type: e.typ}
+		if i := strings.LastIndex(e.usage, " (default "); i >= 0 && strings.HasSuffix(e.usage, ")") {
+			f.Default = e.usage[i+len(" (default ") : len(e.usage)-1]
 		}
 		flags[name] = f
+	}
+	return flags
+}
+
+// helpEntry is one flag's entry of --help: its type and its usage text, white
+// space folded.
+type helpEntry struct{ typ, usage string }
+
+// helpEntries reads --help output into entries. An entry runs from its flag line to
+// the next flag line, blank line or section heading.
+func helpEntries(text string) map[string]helpEntry {
+	entries := map[string]helpEntry{}
+	var name, typ string
+	var usage strings.Builder
+	flush := func() {
+		if name != "" {
+			entries[name] = helpEntry{typ: typ, usage: strings.Join(strings.Fields(usage.String()), " ")}
+		}
 		name = ""
 		usage.Reset()
 	}
@@ -51,19 +62,18 @@ func parseHelp(t *testing.T, text string) map[string]helpFlag {
 		line := sc.Text()
 		if m := flagLine.FindStringSubmatch(line); m != nil {
 			flush()
-			name = m[1]
-			flags[name] = helpFlag{Type: m[2]}
+			name, typ = m[1], m[2]
 			usage.WriteString(m[3])
 			continue
 		}
 		if strings.TrimSpace(line) == "" || !strings.HasPrefix(line, " ") {
-			flush() // a blank line or a heading ends the entry
+			flush()
 			continue
 		}
 		usage.WriteString(" " + strings.TrimSpace(line))
 	}
 	flush()
-	return flags
+	return entries
 }
 
 // TestParseHelp: the parser reads what pflag prints, including multi-line
@@ -172,36 +182,16 @@ func TestHelpTextsMatchUpstream(t *testing.T) {
 	}
 }
 
-// usageTexts reads --help output into each flag's usage text, white space folded
-// and pflag's "(default ...)" left out.
+// usageTexts reads --help output into each flag's usage text, pflag's
+// "(default ...)" left out.
 func usageTexts(text string) map[string]string {
 	out := map[string]string{}
-	var name string
-	var b strings.Builder
-	flush := func() {
-		if name != "" {
-			u := strings.Join(strings.Fields(b.String()), " ")
-			if i := strings.LastIndex(u, " (default "); i >= 0 && strings.HasSuffix(u, ")") {
-				u = u[:i]
-			}
-			out[name] = u
+	for name, e := range helpEntries(text) {
+		u := e.usage
+		if i := strings.LastIndex(u, " (default "); i >= 0 && strings.HasSuffix(u, ")") {
+			u = u[:i]
 		}
-		name = ""
-		b.Reset()
+		out[name] = u
 	}
-	for _, line := range strings.Split(text, "\n") {
-		if m := flagLine.FindStringSubmatch(line); m != nil {
-			flush()
-			name = m[1]
-			b.WriteString(m[3])
-			continue
-		}
-		if strings.TrimSpace(line) == "" || !strings.HasPrefix(line, " ") {
-			flush()
-			continue
-		}
-		b.WriteString(" " + strings.TrimSpace(line))
-	}
-	flush()
 	return out
 }
