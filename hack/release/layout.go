@@ -298,7 +298,6 @@ func writeLayer(path, rootfs, binary, binaryPath string, date time.Time) (descri
 		binaryWritten = true
 		return err
 	}
-	type inode struct{ dev, ino uint64 }
 	links := map[inode]string{}
 	err = filepath.WalkDir(rootfs, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
@@ -327,42 +326,15 @@ func writeLayer(path, rootfs, binary, binaryPath string, date time.Time) (descri
 				return err
 			}
 		}
-		hdr, err := tar.FileInfoHeader(fi, target)
+		hdr, err := fileHeader(fi, name, target, date, links)
 		if err != nil {
 			return err
-		}
-		hdr.Name = name
-		if fi.IsDir() {
-			hdr.Name += "/"
-		}
-		hdr.Uname, hdr.Gname = "", ""
-		hdr.AccessTime, hdr.ChangeTime = time.Time{}, time.Time{}
-		hdr.Format = tar.FormatPAX
-		if hdr.ModTime.After(date) {
-			hdr.ModTime = date
-		}
-		hdr.ModTime = hdr.ModTime.Truncate(time.Second)
-		st := fi.Sys().(*syscall.Stat_t)
-		hdr.Uid, hdr.Gid = int(st.Uid), int(st.Gid)
-		if fi.Mode().IsRegular() && st.Nlink > 1 {
-			key := inode{uint64(st.Dev), st.Ino}
-			if first, ok := links[key]; ok {
-				hdr.Typeflag, hdr.Linkname, hdr.Size = tar.TypeLink, first, 0
-			} else {
-				links[key] = name
-			}
 		}
 		if err := tw.WriteHeader(hdr); err != nil {
 			return err
 		}
 		if hdr.Typeflag == tar.TypeReg && hdr.Size > 0 {
-			f, err := os.Open(p)
-			if err != nil {
-				return err
-			}
-			_, err = io.Copy(tw, f)
-			f.Close()
-			if err != nil {
+			if err := copyFile(tw, p); err != nil {
 				return err
 			}
 		}
@@ -390,6 +362,52 @@ func writeLayer(path, rootfs, binary, binaryPath string, date time.Time) (descri
 	}
 	d := descriptor{MediaType: mediaTypeLayer, Digest: "sha256:" + hex.EncodeToString(compressed.Sum(nil)), Size: counter.n}
 	return d, "sha256:" + hex.EncodeToString(uncompressed.Sum(nil)), nil
+}
+
+// inode names a file of the root filesystem, to write its hard links as links.
+type inode struct{ dev, ino uint64 }
+
+// fileHeader is the tar header of one file of the root filesystem: numeric owners,
+// no access or change time, the modification time clamped to date (whole seconds),
+// and a hard link to the first name written of its inode (links remembers them).
+func fileHeader(fi fs.FileInfo, name, target string, date time.Time, links map[inode]string) (*tar.Header, error) {
+	hdr, err := tar.FileInfoHeader(fi, target)
+	if err != nil {
+		return nil, err
+	}
+	hdr.Name = name
+	if fi.IsDir() {
+		hdr.Name += "/"
+	}
+	hdr.Uname, hdr.Gname = "", ""
+	hdr.AccessTime, hdr.ChangeTime = time.Time{}, time.Time{}
+	hdr.Format = tar.FormatPAX
+	if hdr.ModTime.After(date) {
+		hdr.ModTime = date
+	}
+	hdr.ModTime = hdr.ModTime.Truncate(time.Second)
+	st := fi.Sys().(*syscall.Stat_t)
+	hdr.Uid, hdr.Gid = int(st.Uid), int(st.Gid)
+	if fi.Mode().IsRegular() && st.Nlink > 1 {
+		key := inode{uint64(st.Dev), st.Ino}
+		if first, ok := links[key]; ok {
+			hdr.Typeflag, hdr.Linkname, hdr.Size = tar.TypeLink, first, 0
+		} else {
+			links[key] = name
+		}
+	}
+	return hdr, nil
+}
+
+// copyFile writes the content of the file at path to tw.
+func copyFile(tw *tar.Writer, path string) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	_, err = io.Copy(tw, f)
+	return err
 }
 
 type countWriter struct{ n int64 }
