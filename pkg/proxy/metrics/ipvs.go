@@ -75,14 +75,15 @@ var (
 		},
 	)
 
-	// DriftRepairsTotal counts objects a full sync found different in the kernel
-	// from what we had last written (changed by someone else, or lost) and repaired.
-	// Labels: subsystem (Subsystem*).
+	// DriftRepairsTotal counts the writes a periodic resync made to repair what it
+	// found different in the kernel from what we had last written (changed by
+	// someone else, or lost): IPVS requests, ipset members, kube-ipvs0 address binds
+	// and nftables elements. Labels: subsystem (Subsystem*).
 	DriftRepairsTotal = metrics.NewCounterVec(
 		&metrics.CounterOpts{
 			Subsystem:      kubeProxySubsystem,
 			Name:           ipvsMetricPrefix + "drift_repairs_total",
-			Help:           "Cumulative kernel objects found drifted from the last written state and repaired, by subsystem",
+			Help:           "Cumulative writes a periodic resync made to repair kernel state that drifted from the last written state (IPVS requests, ipset members, address binds, nftables elements), by subsystem",
 			StabilityLevel: metrics.ALPHA,
 		},
 		[]string{"subsystem"},

@@ -84,7 +84,7 @@ var wantFamilies = []wantFamily{
 	{name: "kubeproxy_ipvs_kernel_operations_total", typ: counter, help: "[ALPHA] Cumulative operations sent to the kernel, by subsystem and operation", labels: []string{"operation", "subsystem"}},
 	{name: "kubeproxy_ipvs_syncs_total", typ: counter, help: "[ALPHA] Cumulative proxy rule syncs, by type (full or partial)", labels: []string{"type"}},
 	{name: "kubeproxy_ipvs_sync_failures_total", typ: counter, help: "[ALPHA] Cumulative proxy rule syncs that failed"},
-	{name: "kubeproxy_ipvs_drift_repairs_total", typ: counter, help: "[ALPHA] Cumulative kernel objects found drifted from the last written state and repaired, by subsystem", labels: []string{"subsystem"}},
+	{name: "kubeproxy_ipvs_drift_repairs_total", typ: counter, help: "[ALPHA] Cumulative writes a periodic resync made to repair kernel state that drifted from the last written state (IPVS requests, ipset members, address binds, nftables elements), by subsystem", labels: []string{"subsystem"}},
 	{name: "kubeproxy_ipvs_graceful_termination_pending", typ: gauge, help: "[ALPHA] Real servers currently draining before removal, by IP family", labels: []string{"ip_family"}},
 	{name: "kubeproxy_ipvs_held_back_objects", typ: gauge, help: "[ALPHA] Objects not programmed because they are invalid or the kernel refused them, by IP family and reason", labels: []string{"ip_family", "reason"}},
 
