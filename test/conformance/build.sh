@@ -1,0 +1,114 @@
+#!/usr/bin/env bash
+# Builds (once) what the conformance cluster and upstream's e2e suite need, all
+# from Go modules (test/conformance/tools, k8s.io/kubernetes v1.37.2) and
+# Debian packages, and caches it outside the repository, keyed by the tools
+# module's go.mod and go.sum, so a fresh clone elsewhere reuses it:
+#
+#   DIR/bin/{kubelet,kube-controller-manager,kube-scheduler,kubectl,ginkgo,e2e.test}
+#   DIR/images/NAME.oci.tar   OCI image-layout archives, linux/amd64
+#   DIR/images/index.tsv      "REFERENCE<TAB>NAME.oci.tar" per image
+#
+# Usage: build.sh        -> builds the binaries and the images, prints DIR
+#        build.sh bin    -> builds only the binaries (kubelet first), prints DIR
+#
+# The build flags never change (and match test/e2e/lib/build-tools.sh), so the
+# Go build cache hits on every rebuild: cold builds take tens of minutes on
+# 2 cores, warm ones seconds. The version ldflags only touch the link step.
+set -euo pipefail
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+tools="$here/tools"
+cache=${KPI_CACHE:-/var/cache/kube-proxy-ipvs}
+what=${1:-all}
+case $what in
+all | bin) ;;
+*)
+	echo "usage: $0 [bin]" >&2
+	exit 2
+	;;
+esac
+
+k8s_ver=$(awk '($1=="require" && $2=="k8s.io/kubernetes") {print $3; exit} ($1=="k8s.io/kubernetes" && $2 ~ /^v/) {print $2; exit}' "$tools/go.mod")
+sum=$(cat "$tools/go.mod" "$tools/go.sum" | sha256sum | cut -c1-12)
+out="$cache/conformance/k8s-${k8s_ver}-${sum}"
+
+log() { echo "[conformance-build] $*" >&2; }
+
+# What upstream's hack/lib/version.sh stamps, so every component reports the
+# release it is built from (kubectl version, node status, e2e.test --version).
+major=${k8s_ver#v}
+major=${major%%.*}
+minor=${k8s_ver#v*.}
+minor=${minor%%.*}
+ldflags="-s -w"
+for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+	ldflags+=" -X $pkg.gitVersion=$k8s_ver -X $pkg.gitMajor=$major -X $pkg.gitMinor=$minor -X $pkg.gitTreeState=clean"
+done
+
+# go_build NAME CMD...: runs a go command in the tools module with the flags
+# shared by every build, printing progress every 100 packages.
+go_run() {
+	local name=$1
+	shift
+	(
+		cd "$tools"
+		CGO_ENABLED=0 GOFLAGS="-mod=readonly -buildvcs=false" nice -n 10 "$@" 2>&1 |
+			awk -v n="$name" '/^[a-zA-Z0-9._~/-]+$/ {c++; if (c%100==0) {printf "[conformance-build] %s: %d packages compiled\n", n, c > "/dev/stderr"; fflush()}; next} {print > "/dev/stderr"}'
+		exit "${PIPESTATUS[0]}"
+	)
+}
+
+build_bin() { # name package
+	local name=$1 pkg=$2
+	[[ -x "$out/bin/$name" ]] && return 0
+	mkdir -p "$out/bin"
+	log "building $name ($pkg $k8s_ver) into $out/bin"
+	local start=$SECONDS
+	if [[ $name == e2e.test ]]; then
+		go_run "$name" go test -c -v -ldflags="$ldflags" -o "$out/bin/$name.tmp" "$pkg"
+	else
+		go_run "$name" go build -v -ldflags="$ldflags" -o "$out/bin/$name.tmp" "$pkg"
+	fi
+	mv "$out/bin/$name.tmp" "$out/bin/$name"
+	log "$name built in $((SECONDS - start)) s"
+}
+
+bins=(kubelet kube-controller-manager kube-scheduler kubectl ginkgo e2e.test)
+have_all() {
+	local b
+	for b in "${bins[@]}"; do [[ -x "$out/bin/$b" ]] || return 1; done
+	[[ $what == bin ]] || [[ -f "$out/images/index.tsv" && $(cat "$out/images/.key" 2>/dev/null) == "$(images_key)" ]]
+}
+images_key() {
+	cat "$here/images/build.sh" "$here"/images/*/*.go "$here"/images/*/*.txt 2>/dev/null | sha256sum | cut -c1-12
+}
+
+# Concurrent runs (two engineers, CI) wait for each other instead of racing;
+# a cache already complete is printed without waiting for the lock.
+if have_all; then
+	echo "$out"
+	exit 0
+fi
+mkdir -p "$cache/conformance"
+exec 9>"$cache/conformance/.lock"
+flock 9
+
+# kubelet first: the node VMs need it before anything else.
+build_bin kubelet k8s.io/kubernetes/cmd/kubelet
+build_bin kube-controller-manager k8s.io/kubernetes/cmd/kube-controller-manager
+build_bin kube-scheduler k8s.io/kubernetes/cmd/kube-scheduler
+build_bin kubectl k8s.io/kubernetes/cmd/kubectl
+build_bin ginkgo github.com/onsi/ginkgo/v2/ginkgo
+build_bin e2e.test k8s.io/kubernetes/test/e2e
+
+if [[ $what == all ]]; then
+	key=$(images_key)
+	if [[ $(cat "$out/images/.key" 2>/dev/null) != "$key" || ! -f "$out/images/index.tsv" ]]; then
+		[[ -x "$here/images/build.sh" ]] || { log "FAIL: $here/images/build.sh missing: only 'build.sh bin' works yet"; exit 1; }
+		start=$SECONDS
+		KPI_CONFORMANCE_OUT="$out" "$here/images/build.sh"
+		echo "$key" >"$out/images/.key"
+		log "images built in $((SECONDS - start)) s"
+	fi
+fi
+echo "$out"
