@@ -128,219 +128,307 @@ func errnof(errno unix.Errno, format string, args ...any) error {
 // apply performs one operation and returns how to take it back.
 func (f *FakeRuleset) apply(o op) (func(), error) {
 	if o.kind == opAddTable {
-		if f.exists {
-			return nil, nil
-		}
-		f.exists = true
-		return func() { f.exists = false }, nil
+		return f.addTable(), nil
 	}
 	if !f.exists {
 		return nil, errnof(unix.ENOENT, "table %s does not exist", f.table)
 	}
 	switch o.kind {
 	case opDeleteTable:
-		chains, sets := f.chains, f.sets
-		f.exists, f.chains, f.sets = false, map[string]*fakeChain{}, map[string]*fakeSet{}
-		return func() { f.exists, f.chains, f.sets = true, chains, sets }, nil
-
+		return f.deleteTable(), nil
 	case opAddChain:
-		c := o.chain
-		if c.base() {
-			if _, err := hookNum(c.Hook); err != nil {
-				return nil, errors.Join(err, unix.EINVAL)
-			}
-			if c.Type != ChainTypeFilter && c.Type != ChainTypeNAT {
-				return nil, errnof(unix.ENOENT, "chain type %q", c.Type)
-			}
-			if c.Type == ChainTypeNAT && c.Hook == HookForward {
-				return nil, errnof(unix.EOPNOTSUPP, "a nat chain on the forward hook")
-			}
-		}
-		old, ok := f.chains[o.name]
-		if !ok {
-			f.chains[o.name] = &fakeChain{def: c}
-			return func() { delete(f.chains, o.name) }, nil
-		}
-		switch {
-		case !c.base():
-			return nil, nil // adding a chain by name alone leaves it as it is
-		case !old.def.base():
-			return nil, errnof(unix.EOPNOTSUPP, "chain %s exists without a hook", o.name)
-		case old.def != c:
-			return nil, errnof(unix.EOPNOTSUPP, "chain %s exists with another type, hook or priority", o.name)
-		}
-		return nil, nil
-
+		return f.addChain(o.name, o.chain)
 	case opFlushChain:
-		c, ok := f.chains[o.name]
-		if !ok {
-			return nil, errnof(unix.ENOENT, "chain %s does not exist", o.name)
-		}
-		rules := c.rules
-		c.rules = nil
-		return func() { c.rules = rules }, nil
-
+		return f.flushChain(o.name)
 	case opDeleteChain:
-		c, ok := f.chains[o.name]
-		if !ok {
-			return nil, errnof(unix.ENOENT, "chain %s does not exist", o.name)
-		}
-		// The kernel deletes the chain's rules with it; only jumps from other
-		// chains keep it.
-		if f.chainReferencedFromOthers(o.name) {
-			return nil, errnof(unix.EBUSY, "chain %s is the target of a jump", o.name)
-		}
-		delete(f.chains, o.name)
-		return func() { f.chains[o.name] = c }, nil
-
+		return f.deleteChain(o.name)
 	case opAddRule:
-		c, ok := f.chains[o.name]
-		if !ok {
-			return nil, errnof(unix.ENOENT, "chain %s does not exist", o.name)
-		}
-		if _, err := o.rule.exprs(); err != nil {
-			return nil, errors.Join(err, unix.EINVAL)
-		}
-		for _, s := range o.rule.Stmts {
-			switch s := s.(type) {
-			case InSet:
-				set, ok := f.sets[s.Set]
-				if !ok {
-					return nil, errnof(unix.ENOENT, "set %s does not exist", s.Set)
-				}
-				if err := s.checkSet(set.def); err != nil {
-					return nil, err
-				}
-			case Verdict:
-				if s.Kind == Jump || s.Kind == Goto {
-					to, ok := f.chains[s.Chain]
-					if !ok {
-						return nil, errnof(unix.ENOENT, "chain %s does not exist", s.Chain)
-					}
-					if to.def.base() {
-						return nil, errnof(unix.EOPNOTSUPP, "a jump to base chain %s", s.Chain)
-					}
-				}
-			}
-		}
-		n := len(c.rules)
-		c.rules = append(c.rules, o.rule)
-		return func() { c.rules = c.rules[:n] }, nil
-
+		return f.addRule(o.name, o.rule)
 	case opAddSet:
-		if err := o.set.validate(); err != nil {
-			return nil, errors.Join(err, unix.EINVAL)
-		}
-		old, ok := f.sets[o.name]
-		if !ok {
-			s := o.set
-			s.Key = append([]KeyType(nil), o.set.Key...)
-			f.sets[o.name] = &fakeSet{def: s, elems: map[string]element{}}
-			return func() { delete(f.sets, o.name) }, nil
-		}
-		if old.def.typeString() != o.set.typeString() || old.def.flags() != o.set.flags() {
-			return nil, errnof(unix.EEXIST, "set %s exists with type %s and flags %q", o.name, old.def.typeString(), old.def.flags())
-		}
-		return nil, nil
-
+		return f.addSet(o.name, o.set)
 	case opFlushSet:
-		s, ok := f.sets[o.name]
-		if !ok {
-			return nil, errnof(unix.ENOENT, "set %s does not exist", o.name)
-		}
-		elems := s.elems
-		s.elems = map[string]element{}
-		return func() { s.elems = elems }, nil
-
+		return f.flushSet(o.name)
 	case opDeleteSet:
-		s, ok := f.sets[o.name]
-		if !ok {
-			return nil, errnof(unix.ENOENT, "set %s does not exist", o.name)
-		}
-		if f.setReferenced(o.name) {
-			return nil, errnof(unix.EBUSY, "set %s is used by a rule", o.name)
-		}
-		delete(f.sets, o.name)
-		return func() { f.sets[o.name] = s }, nil
-
+		return f.deleteSet(o.name)
 	case opAddElements:
-		s, ok := f.sets[o.name]
-		if !ok {
-			return nil, errnof(unix.ENOENT, "set %s does not exist", o.name)
-		}
-		if err := checkTimeout(s.def, o.timeout); err != nil {
-			return nil, err
-		}
-		var added []string
-		undo := func() {
-			for _, k := range added {
-				delete(s.elems, k)
-			}
-		}
-		for _, fields := range o.elems {
-			text, e, err := canonicalElement(s.def, fields)
-			if err != nil {
-				undo()
-				return nil, errors.Join(err, unix.EINVAL)
-			}
-			if _, ok := s.elems[text]; ok {
-				// Kept as it is, its lifetime too (kernels before 6.10).
-				continue
-			}
-			if o.timeout != 0 {
-				e.timeout, e.expires = o.timeout, f.clock.Now().Add(o.timeout)
-			}
-			if s.def.Interval {
-				for other, oe := range s.elems {
-					if overlaps(s.def, e, oe) {
-						undo()
-						return nil, errnof(unix.EEXIST, "set %s: %s overlaps %s", o.name, text, other)
-					}
-				}
-			}
-			s.elems[text] = e
-			added = append(added, text)
-		}
-		return undo, nil
-
+		return f.addElements(o.name, o.elems, o.timeout)
 	case opDeleteElements:
-		s, ok := f.sets[o.name]
-		if !ok {
-			return nil, errnof(unix.ENOENT, "set %s does not exist", o.name)
-		}
-		removed := map[string]element{}
-		undo := func() {
-			for k, e := range removed {
-				s.elems[k] = e
-			}
-		}
-		for _, fields := range o.elems {
-			text, de, err := canonicalElement(s.def, fields)
-			if err != nil {
-				undo()
-				return nil, errors.Join(err, unix.EINVAL)
-			}
-			e, ok := s.elems[text]
-			if !ok && s.def.Interval {
-				// The kernel's concatenated-range backend finds the element to
-				// delete by the first key alone: the element holding it goes.
-				for other, oe := range s.elems {
-					if overlaps(s.def, element{lo: de.lo, hi: de.lo}, oe) {
-						text, e, ok = other, oe, true
-						break
-					}
-				}
-			}
-			if !ok {
-				undo()
-				return nil, errnof(unix.ENOENT, "set %s has no element %s", o.name, text)
-			}
-			delete(s.elems, text)
-			removed[text] = e
-		}
-		return undo, nil
+		return f.deleteElements(o.name, o.elems)
 	}
 	return nil, fmt.Errorf("unknown operation %d", o.kind)
+}
+
+// chain is the chain named name, or the kernel's ENOENT.
+func (f *FakeRuleset) chain(name string) (*fakeChain, error) {
+	c, ok := f.chains[name]
+	if !ok {
+		return nil, errnof(unix.ENOENT, "chain %s does not exist", name)
+	}
+	return c, nil
+}
+
+// set is the set named name, or the kernel's ENOENT.
+func (f *FakeRuleset) set(name string) (*fakeSet, error) {
+	s, ok := f.sets[name]
+	if !ok {
+		return nil, errnof(unix.ENOENT, "set %s does not exist", name)
+	}
+	return s, nil
+}
+
+// addTable creates the table; adding a table that exists changes nothing.
+func (f *FakeRuleset) addTable() func() {
+	if f.exists {
+		return nil
+	}
+	f.exists = true
+	return func() { f.exists = false }
+}
+
+// deleteTable removes the table with its chains and sets.
+func (f *FakeRuleset) deleteTable() func() {
+	chains, sets := f.chains, f.sets
+	f.exists, f.chains, f.sets = false, map[string]*fakeChain{}, map[string]*fakeSet{}
+	return func() { f.exists, f.chains, f.sets = true, chains, sets }
+}
+
+// addChain creates chain c under name, or accepts it again unchanged.
+func (f *FakeRuleset) addChain(name string, c Chain) (func(), error) {
+	if c.base() {
+		if err := checkBaseChain(c); err != nil {
+			return nil, err
+		}
+	}
+	old, ok := f.chains[name]
+	if !ok {
+		f.chains[name] = &fakeChain{def: c}
+		return func() { delete(f.chains, name) }, nil
+	}
+	switch {
+	case !c.base():
+		return nil, nil // adding a chain by name alone leaves it as it is
+	case !old.def.base():
+		return nil, errnof(unix.EOPNOTSUPP, "chain %s exists without a hook", name)
+	case old.def != c:
+		return nil, errnof(unix.EOPNOTSUPP, "chain %s exists with another type, hook or priority", name)
+	}
+	return nil, nil
+}
+
+// checkBaseChain refuses a base chain's hook and type as the kernel does.
+func checkBaseChain(c Chain) error {
+	if _, err := hookNum(c.Hook); err != nil {
+		return errors.Join(err, unix.EINVAL)
+	}
+	if c.Type != ChainTypeFilter && c.Type != ChainTypeNAT {
+		return errnof(unix.ENOENT, "chain type %q", c.Type)
+	}
+	if c.Type == ChainTypeNAT && c.Hook == HookForward {
+		return errnof(unix.EOPNOTSUPP, "a nat chain on the forward hook")
+	}
+	return nil
+}
+
+// flushChain removes the chain's rules.
+func (f *FakeRuleset) flushChain(name string) (func(), error) {
+	c, err := f.chain(name)
+	if err != nil {
+		return nil, err
+	}
+	rules := c.rules
+	c.rules = nil
+	return func() { c.rules = rules }, nil
+}
+
+// deleteChain removes the chain and its rules.
+func (f *FakeRuleset) deleteChain(name string) (func(), error) {
+	c, err := f.chain(name)
+	if err != nil {
+		return nil, err
+	}
+	// The kernel deletes the chain's rules with it; only jumps from other
+	// chains keep it.
+	if f.chainReferencedFromOthers(name) {
+		return nil, errnof(unix.EBUSY, "chain %s is the target of a jump", name)
+	}
+	delete(f.chains, name)
+	return func() { f.chains[name] = c }, nil
+}
+
+// addRule appends r to the chain once everything it refers to exists.
+func (f *FakeRuleset) addRule(name string, r Rule) (func(), error) {
+	c, err := f.chain(name)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := r.exprs(); err != nil {
+		return nil, errors.Join(err, unix.EINVAL)
+	}
+	if err := f.checkRuleReferences(r); err != nil {
+		return nil, err
+	}
+	n := len(c.rules)
+	c.rules = append(c.rules, r)
+	return func() { c.rules = c.rules[:n] }, nil
+}
+
+// checkRuleReferences refuses a rule that looks up a missing or mismatched set,
+// or jumps to a missing chain or to a base chain.
+func (f *FakeRuleset) checkRuleReferences(r Rule) error {
+	for _, s := range r.Stmts {
+		switch s := s.(type) {
+		case InSet:
+			set, err := f.set(s.Set)
+			if err != nil {
+				return err
+			}
+			if err := s.checkSet(set.def); err != nil {
+				return err
+			}
+		case Verdict:
+			if s.Kind == Jump || s.Kind == Goto {
+				to, err := f.chain(s.Chain)
+				if err != nil {
+					return err
+				}
+				if to.def.base() {
+					return errnof(unix.EOPNOTSUPP, "a jump to base chain %s", s.Chain)
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// addSet creates set s under name, or accepts it again with the same type and flags.
+func (f *FakeRuleset) addSet(name string, s Set) (func(), error) {
+	if err := s.validate(); err != nil {
+		return nil, errors.Join(err, unix.EINVAL)
+	}
+	old, ok := f.sets[name]
+	if !ok {
+		def := s
+		def.Key = append([]KeyType(nil), s.Key...)
+		f.sets[name] = &fakeSet{def: def, elems: map[string]element{}}
+		return func() { delete(f.sets, name) }, nil
+	}
+	if old.def.typeString() != s.typeString() || old.def.flags() != s.flags() {
+		return nil, errnof(unix.EEXIST, "set %s exists with type %s and flags %q", name, old.def.typeString(), old.def.flags())
+	}
+	return nil, nil
+}
+
+// flushSet removes the set's elements.
+func (f *FakeRuleset) flushSet(name string) (func(), error) {
+	s, err := f.set(name)
+	if err != nil {
+		return nil, err
+	}
+	elems := s.elems
+	s.elems = map[string]element{}
+	return func() { s.elems = elems }, nil
+}
+
+// deleteSet removes a set no rule uses.
+func (f *FakeRuleset) deleteSet(name string) (func(), error) {
+	s, err := f.set(name)
+	if err != nil {
+		return nil, err
+	}
+	if f.setReferenced(name) {
+		return nil, errnof(unix.EBUSY, "set %s is used by a rule", name)
+	}
+	delete(f.sets, name)
+	return func() { f.sets[name] = s }, nil
+}
+
+// addElements adds every element or none; an element the set holds already is
+// kept as it is.
+func (f *FakeRuleset) addElements(name string, elems [][]string, timeout time.Duration) (func(), error) {
+	s, err := f.set(name)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkTimeout(s.def, timeout); err != nil {
+		return nil, err
+	}
+	var added []string
+	undo := func() {
+		for _, k := range added {
+			delete(s.elems, k)
+		}
+	}
+	for _, fields := range elems {
+		text, e, err := canonicalElement(s.def, fields)
+		if err != nil {
+			undo()
+			return nil, errors.Join(err, unix.EINVAL)
+		}
+		if _, ok := s.elems[text]; ok {
+			// Kept as it is, its lifetime too (kernels before 6.10).
+			continue
+		}
+		if timeout != 0 {
+			e.timeout, e.expires = timeout, f.clock.Now().Add(timeout)
+		}
+		if other, ok := s.overlapping(e); ok {
+			undo()
+			return nil, errnof(unix.EEXIST, "set %s: %s overlaps %s", name, text, other)
+		}
+		s.elems[text] = e
+		added = append(added, text)
+	}
+	return undo, nil
+}
+
+// overlapping names an element of an interval set that shares a key with e; a set
+// without intervals has none.
+func (s *fakeSet) overlapping(e element) (string, bool) {
+	if !s.def.Interval {
+		return "", false
+	}
+	for other, oe := range s.elems {
+		if overlaps(s.def, e, oe) {
+			return other, true
+		}
+	}
+	return "", false
+}
+
+// deleteElements removes every element or none; each must be in the set.
+func (f *FakeRuleset) deleteElements(name string, elems [][]string) (func(), error) {
+	s, err := f.set(name)
+	if err != nil {
+		return nil, err
+	}
+	removed := map[string]element{}
+	undo := func() {
+		for k, e := range removed {
+			s.elems[k] = e
+		}
+	}
+	for _, fields := range elems {
+		text, de, err := canonicalElement(s.def, fields)
+		if err != nil {
+			undo()
+			return nil, errors.Join(err, unix.EINVAL)
+		}
+		e, ok := s.elems[text]
+		if !ok && s.def.Interval {
+			// The kernel's concatenated-range backend finds the element to
+			// delete by the first key alone: the element holding it goes.
+			if other, found := s.overlapping(element{lo: de.lo, hi: de.lo}); found {
+				text, e, ok = other, s.elems[other], true
+			}
+		}
+		if !ok {
+			undo()
+			return nil, errnof(unix.ENOENT, "set %s has no element %s", name, text)
+		}
+		delete(s.elems, text)
+		removed[text] = e
+	}
+	return undo, nil
 }
 
 // overlaps reports whether two elements of an interval set share a key: every
