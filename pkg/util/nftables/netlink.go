@@ -183,80 +183,119 @@ func (r *netlinkRuleset) Run(ctx context.Context, tx *Transaction) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 
-	pending := map[string]Set{}
+	pending := map[string]Set{} // the sets the transaction adds, by name
 	deleted := map[string]bool{}
 	var enc []encoded
 	for _, o := range tx.ops {
-		e := encoded{o: o}
-		switch o.kind {
-		case opAddSet:
-			if err := o.set.validate(); err != nil {
-				return &OpError{Table: r.table, Op: o.String(), Err: errors.Join(err, unix.EINVAL)}
-			}
-			pending[o.name] = o.set
-			e.set = o.set
-		case opDeleteSet:
-			deleted[o.name] = true
-			delete(pending, o.name)
-		case opAddElements, opDeleteElements:
-			s, err := r.setDef(o.name, pending)
-			if err != nil {
-				return &OpError{Table: r.table, Op: o.String(), Err: err}
-			}
-			e.set = s
-			// google/nftables leaves out the timeout of an element of a set
-			// without the flag, which would make an element that never lapses:
-			// refused here as the kernel refuses it.
-			if o.kind == opAddElements {
-				if err := checkTimeout(s, o.timeout); err != nil {
-					return &OpError{Table: r.table, Op: o.String(), Err: err}
-				}
-			}
-			for _, fields := range o.elems {
-				el, err := parseElement(s, fields)
-				if err != nil {
-					return &OpError{Table: r.table, Op: o.String(), Err: errors.Join(err, unix.EINVAL)}
-				}
-				ge := gnft.SetElement{Key: el.lo}
-				if o.kind == opAddElements {
-					ge.Timeout = o.timeout
-				}
-				if s.Interval {
-					ge.KeyEnd = el.hi
-				}
-				e.elems = append(e.elems, ge)
-			}
-		case opAddRule:
-			exprs, err := o.rule.exprs()
-			if err != nil {
-				return &OpError{Table: r.table, Op: o.String(), Err: errors.Join(err, unix.EINVAL)}
-			}
-			for _, st := range o.rule.Stmts {
-				l, ok := st.(InSet)
-				if !ok || deleted[l.Set] && pending[l.Set].Name == "" {
-					continue
-				}
-				// A set that cannot be read is left to the kernel (ENOENT).
-				if s, err := r.setDef(l.Set, pending); err == nil {
-					if err := l.checkSet(s); err != nil {
-						return &OpError{Table: r.table, Op: o.String(), Err: err}
-					}
-				}
-			}
-			e.rule = &gnft.Rule{Table: r.gtable(), Chain: &gnft.Chain{Name: o.name, Table: r.gtable()}, Exprs: exprs}
-			if o.rule.Comment != "" {
-				e.rule.UserData = userdataComment(o.rule.Comment)
-			}
-		case opAddChain:
-			if o.chain.base() {
-				if _, err := hookNum(o.chain.Hook); err != nil {
-					return &OpError{Table: r.table, Op: o.String(), Err: errors.Join(err, unix.EINVAL)}
-				}
-			}
+		e, err := r.encode(o, pending, deleted)
+		if err != nil {
+			return &OpError{Table: r.table, Op: o.String(), Err: err}
 		}
 		enc = append(enc, e)
 	}
+	if err := r.send(enc); err != nil {
+		return err
+	}
+	r.rememberSets(enc, pending, deleted)
+	return nil
+}
 
+// encode checks one operation as far as we can before the kernel sees it and
+// prepares its netlink form, noting in pending and deleted the sets it adds and
+// deletes (later operations of the transaction read their definitions there).
+func (r *netlinkRuleset) encode(o op, pending map[string]Set, deleted map[string]bool) (encoded, error) {
+	e := encoded{o: o}
+	switch o.kind {
+	case opAddSet:
+		if err := o.set.validate(); err != nil {
+			return e, errors.Join(err, unix.EINVAL)
+		}
+		pending[o.name] = o.set
+		e.set = o.set
+	case opDeleteSet:
+		deleted[o.name] = true
+		delete(pending, o.name)
+	case opAddElements, opDeleteElements:
+		s, err := r.setDef(o.name, pending)
+		if err != nil {
+			return e, err
+		}
+		e.set = s
+		if e.elems, err = encodeElements(s, o); err != nil {
+			return e, err
+		}
+	case opAddRule:
+		rule, err := r.encodeRule(o, pending, deleted)
+		if err != nil {
+			return e, err
+		}
+		e.rule = rule
+	case opAddChain:
+		if o.chain.base() {
+			if _, err := hookNum(o.chain.Hook); err != nil {
+				return e, errors.Join(err, unix.EINVAL)
+			}
+		}
+	}
+	return e, nil
+}
+
+// encodeElements turns the elements of an add or delete into set s's keys.
+func encodeElements(s Set, o op) ([]gnft.SetElement, error) {
+	// google/nftables leaves out the timeout of an element of a set
+	// without the flag, which would make an element that never lapses:
+	// refused here as the kernel refuses it.
+	if o.kind == opAddElements {
+		if err := checkTimeout(s, o.timeout); err != nil {
+			return nil, err
+		}
+	}
+	var elems []gnft.SetElement
+	for _, fields := range o.elems {
+		el, err := parseElement(s, fields)
+		if err != nil {
+			return nil, errors.Join(err, unix.EINVAL)
+		}
+		ge := gnft.SetElement{Key: el.lo}
+		if o.kind == opAddElements {
+			ge.Timeout = o.timeout
+		}
+		if s.Interval {
+			ge.KeyEnd = el.hi
+		}
+		elems = append(elems, ge)
+	}
+	return elems, nil
+}
+
+// encodeRule turns a rule into expressions, refusing a set lookup whose set has
+// another type.
+func (r *netlinkRuleset) encodeRule(o op, pending map[string]Set, deleted map[string]bool) (*gnft.Rule, error) {
+	exprs, err := o.rule.exprs()
+	if err != nil {
+		return nil, errors.Join(err, unix.EINVAL)
+	}
+	for _, st := range o.rule.Stmts {
+		l, ok := st.(InSet)
+		if !ok || deleted[l.Set] && pending[l.Set].Name == "" {
+			continue
+		}
+		// A set that cannot be read is left to the kernel (ENOENT).
+		if s, err := r.setDef(l.Set, pending); err == nil {
+			if err := l.checkSet(s); err != nil {
+				return nil, err
+			}
+		}
+	}
+	rule := &gnft.Rule{Table: r.gtable(), Chain: &gnft.Chain{Name: o.name, Table: r.gtable()}, Exprs: exprs}
+	if o.rule.Comment != "" {
+		rule.UserData = userdataComment(o.rule.Comment)
+	}
+	return rule, nil
+}
+
+// send queues the encoded operations and sends them as one batch.
+func (r *netlinkRuleset) send(enc []encoded) error {
 	for _, e := range enc {
 		if err := r.queue(e); err != nil {
 			// Messages may be queued: drop them with the connection.
@@ -276,6 +315,12 @@ func (r *netlinkRuleset) Run(ctx context.Context, tx *Transaction) error {
 		}
 		return &OpError{Table: r.table, Op: what, Err: err}
 	}
+	return nil
+}
+
+// rememberSets updates the cache of set definitions after a transaction the
+// kernel accepted.
+func (r *netlinkRuleset) rememberSets(enc []encoded, pending map[string]Set, deleted map[string]bool) {
 	for name := range deleted {
 		delete(r.sets, name)
 	}
@@ -287,7 +332,6 @@ func (r *netlinkRuleset) Run(ctx context.Context, tx *Transaction) error {
 			r.sets = map[string]Set{}
 		}
 	}
-	return nil
 }
 
 func hookNum(h Hook) (*gnft.ChainHook, error) {
