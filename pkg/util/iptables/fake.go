@@ -170,128 +170,175 @@ func (f *Fake) command(tname Table, t *fakeTable, words []string) *Error {
 		chain = Chain(words[1])
 	}
 	ch := t.chains[chain]
-	missing := func() *Error {
-		return fakeErr("iptables", 1, ErrNotFound, "No chain/target/match by that name.")
-	}
 	switch cmd {
 	case "-N", "--new-chain":
-		if chain == "" {
-			return fakeErr("iptables", 2, ErrInvalid, "-N needs a chain")
-		}
-		if ch != nil {
-			return fakeErr("iptables", 1, ErrFailed, "Chain already exists.")
-		}
-		t.chains[chain] = &fakeChain{policy: "-"}
-		f.counters.ChainsCreated++
+		return f.newChain(t, chain, ch)
 	case "-A", "--append", "-I", "--insert":
 		if ch == nil {
-			return missing()
+			return noSuchChain()
 		}
-		spec := words[2:]
-		pos := len(ch.rules)
-		if cmd == "-I" || cmd == "--insert" {
-			pos = 0
-			if len(spec) > 0 {
-				if n, err := strconv.Atoi(spec[0]); err == nil {
-					if n < 1 || n > len(ch.rules)+1 {
-						return fakeErr("iptables", 1, ErrFailed, "Index of insertion too big.")
-					}
-					pos, spec = n-1, spec[1:]
-				}
-			}
-		}
-		if len(spec) == 0 {
-			return fakeErr("iptables", 2, ErrInvalid, "empty rule")
-		}
-		if err := t.checkTarget(spec); err != nil {
-			return err
-		}
-		ch.rules = slices.Insert(ch.rules, pos, JoinWords(spec...))
-		f.counters.RulesAdded++
+		return f.addRule(t, ch, cmd == "-I" || cmd == "--insert", words[2:])
 	case "-D", "--delete":
 		if ch == nil {
-			return missing()
+			return noSuchChain()
 		}
-		spec := words[2:]
-		idx := -1
-		if len(spec) == 1 {
-			if n, err := strconv.Atoi(spec[0]); err == nil {
-				if n < 1 || n > len(ch.rules) {
-					return fakeErr("iptables", 1, ErrNotFound, "Index of deletion too big.")
-				}
-				idx = n - 1
-			}
-		}
-		if idx < 0 {
-			idx = slices.Index(ch.rules, JoinWords(spec...))
-		}
-		if idx < 0 {
-			return fakeErr("iptables", 1, ErrNotFound, "Bad rule (does a matching rule exist in that chain?).")
-		}
-		ch.rules = slices.Delete(ch.rules, idx, idx+1)
-		f.counters.RulesDeleted++
+		return f.deleteRule(ch, words[2:])
 	case "-F", "--flush":
-		if chain == "" {
-			for _, c := range t.chains {
-				c.rules = nil
-			}
-			f.counters.ChainsFlushed++
-			break
-		}
-		if ch == nil {
-			return missing()
-		}
-		ch.rules = nil
-		f.counters.ChainsFlushed++
+		return f.flushChains(t, chain, ch)
 	case "-X", "--delete-chain":
-		var victims []Chain
-		if chain == "" {
-			for name := range t.chains {
-				if !isBuiltin(tname, name) {
-					victims = append(victims, name)
-				}
-			}
-		} else {
-			if ch == nil || isBuiltin(tname, chain) {
-				return missing()
-			}
-			victims = []Chain{chain}
-		}
-		for _, v := range victims {
-			if len(t.chains[v].rules) > 0 && chain != "" {
-				return fakeErr("iptables", 1, ErrInUse, "Directory not empty.")
-			}
-		}
-		for _, v := range victims {
-			refs := t.references(v)
-			if chain == "" {
-				// Rules inside the victims go with them.
-				for _, w := range victims {
-					for _, r := range t.chains[w].rules {
-						words, _ := splitWords(r)
-						if target(words) == string(v) {
-							refs--
-						}
-					}
-				}
-			}
-			if refs > 0 {
-				return fakeErr("iptables", 1, ErrInUse, "Too many links.")
-			}
-		}
-		for _, v := range victims {
-			delete(t.chains, v)
-			f.counters.ChainsDeleted++
-		}
+		return f.deleteChains(tname, t, chain, ch)
 	case "-P", "--policy":
 		if ch == nil || !isBuiltin(tname, chain) || len(words) != 3 {
-			return missing()
+			return noSuchChain()
 		}
 		ch.policy = words[2]
-	default:
-		return fakeErr("iptables", 2, ErrInvalid, fmt.Sprintf("unknown command %q", cmd))
+		return nil
+	}
+	return fakeErr("iptables", 2, ErrInvalid, fmt.Sprintf("unknown command %q", cmd))
+}
+
+// noSuchChain is iptables' error for a chain (or target, or match) that does not exist.
+func noSuchChain() *Error {
+	return fakeErr("iptables", 1, ErrNotFound, "No chain/target/match by that name.")
+}
+
+// newChain runs -N: ch is the chain already named so, if any.
+func (f *Fake) newChain(t *fakeTable, chain Chain, ch *fakeChain) *Error {
+	if chain == "" {
+		return fakeErr("iptables", 2, ErrInvalid, "-N needs a chain")
+	}
+	if ch != nil {
+		return fakeErr("iptables", 1, ErrFailed, "Chain already exists.")
+	}
+	t.chains[chain] = &fakeChain{policy: "-"}
+	f.counters.ChainsCreated++
+	return nil
+}
+
+// addRule runs -A (insert false: the rule goes last) or -I (the rule goes first,
+// or at the 1-based position spec starts with).
+func (f *Fake) addRule(t *fakeTable, ch *fakeChain, insert bool, spec []string) *Error {
+	pos := len(ch.rules)
+	if insert {
+		pos = 0
+		if len(spec) > 0 {
+			if n, err := strconv.Atoi(spec[0]); err == nil {
+				if n < 1 || n > len(ch.rules)+1 {
+					return fakeErr("iptables", 1, ErrFailed, "Index of insertion too big.")
+				}
+				pos, spec = n-1, spec[1:]
+			}
+		}
+	}
+	if len(spec) == 0 {
+		return fakeErr("iptables", 2, ErrInvalid, "empty rule")
+	}
+	if err := t.checkTarget(spec); err != nil {
+		return err
+	}
+	ch.rules = slices.Insert(ch.rules, pos, JoinWords(spec...))
+	f.counters.RulesAdded++
+	return nil
+}
+
+// deleteRule runs -D: spec is a 1-based position or the rule as written.
+func (f *Fake) deleteRule(ch *fakeChain, spec []string) *Error {
+	idx := -1
+	if len(spec) == 1 {
+		if n, err := strconv.Atoi(spec[0]); err == nil {
+			if n < 1 || n > len(ch.rules) {
+				return fakeErr("iptables", 1, ErrNotFound, "Index of deletion too big.")
+			}
+			idx = n - 1
+		}
+	}
+	if idx < 0 {
+		idx = slices.Index(ch.rules, JoinWords(spec...))
+	}
+	if idx < 0 {
+		return fakeErr("iptables", 1, ErrNotFound, "Bad rule (does a matching rule exist in that chain?).")
+	}
+	ch.rules = slices.Delete(ch.rules, idx, idx+1)
+	f.counters.RulesDeleted++
+	return nil
+}
+
+// flushChains runs -F: the rules of chain, or of every chain when chain is empty.
+func (f *Fake) flushChains(t *fakeTable, chain Chain, ch *fakeChain) *Error {
+	if chain == "" {
+		for _, c := range t.chains {
+			c.rules = nil
+		}
+		f.counters.ChainsFlushed++
+		return nil
+	}
+	if ch == nil {
+		return noSuchChain()
+	}
+	ch.rules = nil
+	f.counters.ChainsFlushed++
+	return nil
+}
+
+// deleteChains runs -X: chain, or every user chain when chain is empty. Either
+// all of them go or none does.
+func (f *Fake) deleteChains(tname Table, t *fakeTable, chain Chain, ch *fakeChain) *Error {
+	var victims []Chain
+	if chain == "" {
+		for name := range t.chains {
+			if !isBuiltin(tname, name) {
+				victims = append(victims, name)
+			}
+		}
+	} else {
+		if ch == nil || isBuiltin(tname, chain) {
+			return noSuchChain()
+		}
+		victims = []Chain{chain}
+	}
+	if err := t.checkDeletable(victims, chain == ""); err != nil {
+		return err
+	}
+	for _, v := range victims {
+		delete(t.chains, v)
+		f.counters.ChainsDeleted++
 	}
 	return nil
+}
+
+// checkDeletable refuses to delete victims when a named chain (all false) still
+// has rules, or when a rule outside them jumps to one (with all, the rules inside
+// the victims go with them).
+func (t *fakeTable) checkDeletable(victims []Chain, all bool) *Error {
+	for _, v := range victims {
+		if len(t.chains[v].rules) > 0 && !all {
+			return fakeErr("iptables", 1, ErrInUse, "Directory not empty.")
+		}
+	}
+	for _, v := range victims {
+		refs := t.references(v)
+		if all {
+			refs -= t.referencesFrom(victims, v)
+		}
+		if refs > 0 {
+			return fakeErr("iptables", 1, ErrInUse, "Too many links.")
+		}
+	}
+	return nil
+}
+
+// referencesFrom counts the rules of the chains from that jump to c.
+func (t *fakeTable) referencesFrom(from []Chain, c Chain) int {
+	n := 0
+	for _, w := range from {
+		for _, r := range t.chains[w].rules {
+			words, _ := splitWords(r)
+			if target(words) == string(c) {
+				n++
+			}
+		}
+	}
+	return n
 }
 
 // single runs one command against a table as its own transaction.
