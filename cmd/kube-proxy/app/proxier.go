@@ -34,83 +34,120 @@ func createProxier(ctx context.Context, s *ProxyServer) (proxy.Provider, error) 
 	// The tools first: a node without them fails here with one clear line,
 	// before anything touches IPVS, sets or rules.
 	exec := utilexec.New()
-	mode, err := iptables.DetectMode(ctx, exec)
+	mode, err := checkRulesTools(ctx, s, exec)
 	if err != nil {
-		return nil, fmt.Errorf("choosing the iptables backend: %w", err)
+		return nil, err
 	}
 	nftBackend := s.RulesBackend == ipvsproxy.RulesBackendNFTables
-	if nftBackend {
-		// Neither ipset nor iptables is needed; where they are installed they are
-		// used once, to remove what the iptables rules backend left.
-		logger.Info("Using the nftables rules backend", "table", ipvsproxy.NFTRulesTable().String())
-	} else {
-		logger.Info("Using iptables backend", "mode", mode)
-		if s.IPFamilies, err = checkTools(logger, s.IPFamilies, mode, exec.LookPath); err != nil {
-			return nil, err
-		}
-	}
 	if s.handles == nil {
 		if s.handles, err = openProxierHandles(ctx, logger, cfg.IPVS.Scheduler, nftBackend, exec); err != nil {
 			return nil, err
 		}
 	}
-	h := s.handles
 	excludeCIDRs, err := parseCIDRs(cfg.IPVS.ExcludeCIDRs)
 	if err != nil {
 		return nil, err
-	}
-	masqBit := 14
-	if cfg.IPTables.MasqueradeBit != nil {
-		masqBit = int(*cfg.IPTables.MasqueradeBit)
 	}
 
 	proxiers := map[v1.IPFamily]proxy.Provider{}
 	var all []*ipvsproxy.Proxier
 	var healthServers []healthcheck.ServiceHealthServer
 	for _, family := range s.IPFamilies {
-		var ipt iptables.Interface
-		if !nftBackend || len(missingTools(familyTools(mode, family), exec.LookPath)) == 0 {
-			ipt = iptables.New(exec, iptablesProtocol(family), mode)
-		}
 		listenIPs := nodePortListenIPs(s.NodePortAddresses, family)
-		var hz ipvsproxy.HealthzUpdater
-		if s.HealthzServer != nil {
-			hz = s.HealthzServer
-		}
 		serviceHealth := healthcheck.NewServiceHealthServerForFamily(s.NodeName, s.Recorder, family, listenIPs, s.HealthzServer)
 		healthServers = append(healthServers, serviceHealth)
-		opts := ipvsproxy.Options{
-			IPFamily:          family,
-			NodeName:          s.NodeName,
-			NodeIP:            s.NodeIPs[family],
-			SyncPeriod:        cfg.IPVS.SyncPeriod.Duration,
-			MinSyncPeriod:     cfg.IPVS.MinSyncPeriod.Duration,
-			Scheduler:         cfg.IPVS.Scheduler,
-			ExcludeCIDRs:      excludeCIDRs,
-			StrictARP:         cfg.IPVS.StrictARP,
-			TCPTimeout:        cfg.IPVS.TCPTimeout.Duration,
-			TCPFinTimeout:     cfg.IPVS.TCPFinTimeout.Duration,
-			UDPTimeout:        cfg.IPVS.UDPTimeout.Duration,
-			MasqueradeAll:     cfg.IPTables.MasqueradeAll,
-			MasqueradeBit:     masqBit,
-			LocalDetectorArgs: localDetectorArgs(logger, cfg, s.PodCIDRs, family),
-			NodePortAddresses: familyCIDRs(s.NodePortAddresses, family),
-			Recorder:          s.Recorder,
-			HealthzServer:     hz,
-			ServiceHealth:     serviceHealth,
-			KernelVersion:     h.kernelRelease,
-			RulesBackend:      s.RulesBackend,
-		}
-		p, err := ipvsproxy.NewProxier(ctx, opts, ipvsproxy.Kernel{
-			IPVS: h.ipvs, IPSet: h.ipset, IPTables: ipt, Netlink: h.netlink, Sysctl: s.Sysctl, Conntrack: h.conntrackFor(logger, family), NFTables: h.nft,
-			NFTRules: h.nftRules, Reader: h.readerFor(logger, family, nftBackend && h.nftRules != nil, exec),
-		}, nil)
+		opts := proxierOptions(logger, s, family, excludeCIDRs, serviceHealth)
+		p, err := ipvsproxy.NewProxier(ctx, opts, familyKernel(logger, s, family, mode, exec), nil)
 		if err != nil {
 			return nil, fmt.Errorf("creating the %s proxier: %w", family, err)
 		}
 		proxiers[family] = p
 		all = append(all, p)
 	}
+	s.exposeProxiers(logger, all, healthServers)
+	if len(proxiers) == 2 {
+		return metaproxier.New(proxiers[v1.IPv4Protocol], proxiers[v1.IPv6Protocol]), nil
+	}
+	return proxiers[s.IPFamilies[0]], nil
+}
+
+// checkRulesTools chooses the iptables backend and, with the iptables rules
+// backend, checks the tools each family needs (s.IPFamilies keeps the families
+// that have them).
+func checkRulesTools(ctx context.Context, s *ProxyServer, exec utilexec.Interface) (iptables.Mode, error) {
+	logger := klog.FromContext(ctx)
+	mode, err := iptables.DetectMode(ctx, exec)
+	if err != nil {
+		return "", fmt.Errorf("choosing the iptables backend: %w", err)
+	}
+	if s.RulesBackend == ipvsproxy.RulesBackendNFTables {
+		// Neither ipset nor iptables is needed; where they are installed they are
+		// used once, to remove what the iptables rules backend left.
+		logger.Info("Using the nftables rules backend", "table", ipvsproxy.NFTRulesTable().String())
+		return mode, nil
+	}
+	logger.Info("Using iptables backend", "mode", mode)
+	if s.IPFamilies, err = checkTools(logger, s.IPFamilies, mode, exec.LookPath); err != nil {
+		return "", err
+	}
+	return mode, nil
+}
+
+// proxierOptions are the proxier settings of one family, from the configuration.
+func proxierOptions(logger klog.Logger, s *ProxyServer, family v1.IPFamily, excludeCIDRs []*net.IPNet, serviceHealth healthcheck.ServiceHealthServer) ipvsproxy.Options {
+	cfg := s.Config
+	masqBit := 14
+	if cfg.IPTables.MasqueradeBit != nil {
+		masqBit = int(*cfg.IPTables.MasqueradeBit)
+	}
+	var hz ipvsproxy.HealthzUpdater
+	if s.HealthzServer != nil {
+		hz = s.HealthzServer
+	}
+	return ipvsproxy.Options{
+		IPFamily:          family,
+		NodeName:          s.NodeName,
+		NodeIP:            s.NodeIPs[family],
+		SyncPeriod:        cfg.IPVS.SyncPeriod.Duration,
+		MinSyncPeriod:     cfg.IPVS.MinSyncPeriod.Duration,
+		Scheduler:         cfg.IPVS.Scheduler,
+		ExcludeCIDRs:      excludeCIDRs,
+		StrictARP:         cfg.IPVS.StrictARP,
+		TCPTimeout:        cfg.IPVS.TCPTimeout.Duration,
+		TCPFinTimeout:     cfg.IPVS.TCPFinTimeout.Duration,
+		UDPTimeout:        cfg.IPVS.UDPTimeout.Duration,
+		MasqueradeAll:     cfg.IPTables.MasqueradeAll,
+		MasqueradeBit:     masqBit,
+		LocalDetectorArgs: localDetectorArgs(logger, cfg, s.PodCIDRs, family),
+		NodePortAddresses: familyCIDRs(s.NodePortAddresses, family),
+		Recorder:          s.Recorder,
+		HealthzServer:     hz,
+		ServiceHealth:     serviceHealth,
+		KernelVersion:     s.handles.kernelRelease,
+		RulesBackend:      s.RulesBackend,
+	}
+}
+
+// familyKernel is one family's view of the shared kernel handles (s.handles). With
+// the nftables rules backend it has iptables only where the family's tools are
+// installed, to remove what the iptables rules backend left.
+func familyKernel(logger klog.Logger, s *ProxyServer, family v1.IPFamily, mode iptables.Mode, exec utilexec.Interface) ipvsproxy.Kernel {
+	h := s.handles
+	nftBackend := s.RulesBackend == ipvsproxy.RulesBackendNFTables
+	var ipt iptables.Interface
+	if !nftBackend || len(missingTools(familyTools(mode, family), exec.LookPath)) == 0 {
+		ipt = iptables.New(exec, iptablesProtocol(family), mode)
+	}
+	return ipvsproxy.Kernel{
+		IPVS: h.ipvs, IPSet: h.ipset, IPTables: ipt, Netlink: h.netlink, Sysctl: s.Sysctl, Conntrack: h.conntrackFor(logger, family), NFTables: h.nft,
+		NFTRules: h.nftRules, Reader: h.readerFor(logger, family, nftBackend && h.nftRules != nil, exec),
+	}
+}
+
+// exposeProxiers sets what the rest of the server reads from the proxiers: what
+// they hold back, their virtual servers' counters, and how to release their
+// health check node ports.
+func (s *ProxyServer) exposeProxiers(logger klog.Logger, all []*ipvsproxy.Proxier, healthServers []healthcheck.ServiceHealthServer) {
 	s.HeldBack = func() any {
 		out := []ipvsproxy.HeldBackObject{}
 		for _, p := range all {
@@ -133,10 +170,6 @@ func createProxier(ctx context.Context, s *ProxyServer) (proxy.Provider, error) 
 			}
 		}
 	}
-	if len(proxiers) == 2 {
-		return metaproxier.New(proxiers[v1.IPv4Protocol], proxiers[v1.IPv6Protocol]), nil
-	}
-	return proxiers[s.IPFamilies[0]], nil
 }
 
 func iptablesProtocol(family v1.IPFamily) iptables.Protocol {
