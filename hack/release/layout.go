@@ -282,21 +282,8 @@ func writeLayer(path, rootfs, binary, binaryPath string, date time.Time) (descri
 	}
 	binaryWritten := false
 	writeBinary := func() error {
-		st, err := os.Stat(binary)
-		if err != nil {
-			return err
-		}
-		if err := tw.WriteHeader(&tar.Header{Name: rel, Mode: 0o755, Size: st.Size(), Typeflag: tar.TypeReg, ModTime: date, Format: tar.FormatPAX}); err != nil {
-			return err
-		}
-		f, err := os.Open(binary)
-		if err != nil {
-			return err
-		}
-		defer f.Close()
-		_, err = io.Copy(tw, f)
 		binaryWritten = true
-		return err
+		return writeBinaryEntry(tw, binary, rel, date)
 	}
 	links := map[inode]string{}
 	err = filepath.WalkDir(rootfs, func(p string, d fs.DirEntry, err error) error {
@@ -362,6 +349,25 @@ func writeLayer(path, rootfs, binary, binaryPath string, date time.Time) (descri
 	}
 	d := descriptor{MediaType: mediaTypeLayer, Digest: "sha256:" + hex.EncodeToString(compressed.Sum(nil)), Size: counter.n}
 	return d, "sha256:" + hex.EncodeToString(uncompressed.Sum(nil)), nil
+}
+
+// writeBinaryEntry writes the file binary to tw as name: mode 0755, root's, its
+// modification time date.
+func writeBinaryEntry(tw *tar.Writer, binary, name string, date time.Time) error {
+	st, err := os.Stat(binary)
+	if err != nil {
+		return err
+	}
+	if err := tw.WriteHeader(&tar.Header{Name: name, Mode: 0o755, Size: st.Size(), Typeflag: tar.TypeReg, ModTime: date, Format: tar.FormatPAX}); err != nil {
+		return err
+	}
+	f, err := os.Open(binary)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	_, err = io.Copy(tw, f)
+	return err
 }
 
 // inode names a file of the root filesystem, to write its hard links as links.
