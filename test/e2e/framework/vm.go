@@ -101,38 +101,8 @@ func BootVM(ctx context.Context, root string, opts VMOptions, logf Logf) (*VM, e
 		}
 	}()
 
-	agent := filepath.Join(work, "e2e-agent")
-	build := exec.CommandContext(ctx, "go", "build", "-o", agent, "./test/e2e/cmd/e2e-agent")
-	build.Dir = root
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		return nil, fmt.Errorf("building e2e-agent: %w\n%s", err, out)
-	}
-	files := map[string]string{"/kpi/bin/e2e-agent": agent}
-	scripts, _ := filepath.Glob(filepath.Join(vmDir, "guest", "*.sh"))
-	for _, s := range scripts {
-		files["/kpi/scripts/"+filepath.Base(s)] = s
-	}
-	for dst, src := range opts.Files {
-		files[dst] = src
-	}
-	archives := []string{base}
-	if img := opts.Image; img != nil {
-		// The image's cpio (paths image/...) goes in before the per-run one,
-		// which adds the daemon: the kernel unpacks them in order.
-		archives = append(archives, filepath.Join(img.Dir, "image.cpio.zst"))
-		files[ImageRoot+img.BinaryPath] = img.Binary
-	}
-	specs := []string{filepath.Join(work, "extra.cpio.gz")}
-	for dst, src := range files {
-		specs = append(specs, src+"="+dst)
-	}
-	sort.Strings(specs[1:])
-	if _, err := runScript(ctx, append([]string{filepath.Join(vmDir, "mkcpio.sh")}, specs...)...); err != nil {
-		return nil, err
-	}
-	initrd := filepath.Join(work, "initrd.gz")
-	if err := concatFiles(initrd, append(archives, specs[0])...); err != nil {
+	initrd, err := buildInitrd(ctx, root, work, base, opts)
+	if err != nil {
 		return nil, err
 	}
 
@@ -182,6 +152,48 @@ func BootVM(ctx context.Context, root string, opts VMOptions, logf Logf) (*VM, e
 	logf("VM ready after %s", time.Since(start).Round(time.Second))
 	ok = true
 	return vm, nil
+}
+
+// buildInitrd writes the VM's initrd to work: the base initramfs, the image's
+// cpio when opts has one, then a cpio of this run's files (the e2e agent, built
+// here, the guest scripts and opts.Files).
+func buildInitrd(ctx context.Context, root, work, base string, opts VMOptions) (string, error) {
+	vmDir := filepath.Join(root, "test/e2e/vm")
+	agent := filepath.Join(work, "e2e-agent")
+	build := exec.CommandContext(ctx, "go", "build", "-o", agent, "./test/e2e/cmd/e2e-agent")
+	build.Dir = root
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("building e2e-agent: %w\n%s", err, out)
+	}
+	files := map[string]string{"/kpi/bin/e2e-agent": agent}
+	scripts, _ := filepath.Glob(filepath.Join(vmDir, "guest", "*.sh"))
+	for _, s := range scripts {
+		files["/kpi/scripts/"+filepath.Base(s)] = s
+	}
+	for dst, src := range opts.Files {
+		files[dst] = src
+	}
+	archives := []string{base}
+	if img := opts.Image; img != nil {
+		// The image's cpio (paths image/...) goes in before the per-run one,
+		// which adds the daemon: the kernel unpacks them in order.
+		archives = append(archives, filepath.Join(img.Dir, "image.cpio.zst"))
+		files[ImageRoot+img.BinaryPath] = img.Binary
+	}
+	specs := []string{filepath.Join(work, "extra.cpio.gz")}
+	for dst, src := range files {
+		specs = append(specs, src+"="+dst)
+	}
+	sort.Strings(specs[1:])
+	if _, err := runScript(ctx, append([]string{filepath.Join(vmDir, "mkcpio.sh")}, specs...)...); err != nil {
+		return "", err
+	}
+	initrd := filepath.Join(work, "initrd.gz")
+	if err := concatFiles(initrd, append(archives, specs[0])...); err != nil {
+		return "", err
+	}
+	return initrd, nil
 }
 
 func concatFiles(dst string, srcs ...string) error {
