@@ -74,16 +74,9 @@ func run(ctx context.Context, kubeProxy string, fetches int) error {
 		return err
 	}
 
-	var pods []*framework.Pod
-	var eps []framework.Endpoint
-	for i, name := range []string{"pod-a", "pod-b", "pod-c"} {
-		p, err := node.AddPod(ctx, name, fmt.Sprintf("10.244.0.%d", 10+i))
-		if err != nil {
-			return err
-		}
-		pods = append(pods, p)
-		eps = append(eps, framework.Endpoint{PodName: p.Name, IP: p.IP})
-		say("pod %s at %s answering on :8080", p.Name, p.IP)
+	eps, err := addPods(ctx, node)
+	if err != nil {
+		return err
 	}
 
 	say("starting our kube-proxy in the VM (--config mode: ipvs, --kubeconfig https://%s)", framework.VMAPIServerAddress)
@@ -101,6 +94,28 @@ func run(ctx context.Context, kubeProxy string, fetches int) error {
 	}
 	say("kube-proxy is running")
 
+	return showService(ctx, cp, vm, node, eps, fetches)
+}
+
+// addPods starts the three pods behind the demo Service and returns them as its
+// endpoints.
+func addPods(ctx context.Context, node *framework.Node) ([]framework.Endpoint, error) {
+	var eps []framework.Endpoint
+	for i, name := range []string{"pod-a", "pod-b", "pod-c"} {
+		p, err := node.AddPod(ctx, name, fmt.Sprintf("10.244.0.%d", 10+i))
+		if err != nil {
+			return nil, err
+		}
+		eps = append(eps, framework.Endpoint{PodName: p.Name, IP: p.IP})
+		say("pod %s at %s answering on :8080", p.Name, p.IP)
+	}
+	return eps, nil
+}
+
+// showService creates Service demo/web over eps, waits until IPVS has a real
+// server per endpoint, prints ipvsadm -Ln and fetches the ClusterIP fetches
+// times: every pod must answer.
+func showService(ctx context.Context, cp *framework.ControlPlane, vm *framework.VM, node *framework.Node, eps []framework.Endpoint, fetches int) error {
 	if err := framework.CreateNamespace(ctx, cp.Client, "demo"); err != nil {
 		return err
 	}
@@ -119,8 +134,8 @@ func run(ctx context.Context, kubeProxy string, fetches int) error {
 		if err != nil {
 			return err
 		}
-		if len(rs) != len(pods) {
-			return fmt.Errorf("IPVS has %d real servers for %s, want %d", len(rs), vip, len(pods))
+		if len(rs) != len(eps) {
+			return fmt.Errorf("IPVS has %d real servers for %s, want %d", len(rs), vip, len(eps))
 		}
 		return nil
 	})
@@ -141,7 +156,7 @@ func run(ctx context.Context, kubeProxy string, fetches int) error {
 		say("fetch %d of %s -> %s", i+1, vip, line)
 	}
 	counts, errs := framework.CountAnswers(out)
-	if errs != 0 || len(counts) != len(pods) {
+	if errs != 0 || len(counts) != len(eps) {
 		return fmt.Errorf("expected every pod to answer and no error, got %v and %d errors", counts, errs)
 	}
 	say("every pod answered: %v", counts)
