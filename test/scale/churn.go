@@ -171,12 +171,11 @@ func (s *syncCounter) count() int {
 	return s.syncs
 }
 
-// RunChurn builds the cluster, starts the whole pipeline, waits for the initial
-// programming, then writes cfg.UpdatesPerSecond EndpointSlice updates per second for
-// cfg.Duration and collects the latencies. Everything it starts stops when it returns.
-func RunChurn(ctx context.Context, cfg ChurnConfig) (*ChurnResult, error) {
+// withDefaults refuses a config with nothing to run and fills in the periods and
+// timeouts left at zero.
+func (cfg ChurnConfig) withDefaults() (ChurnConfig, error) {
 	if cfg.Services <= 0 || cfg.EndpointsPerService <= 0 || cfg.UpdatesPerSecond <= 0 || cfg.Duration <= 0 {
-		return nil, fmt.Errorf("invalid churn config %+v", cfg)
+		return cfg, fmt.Errorf("invalid churn config %+v", cfg)
 	}
 	if cfg.SyncPeriod <= 0 {
 		cfg.SyncPeriod = 30 * time.Second
@@ -187,21 +186,15 @@ func RunChurn(ctx context.Context, cfg ChurnConfig) (*ChurnResult, error) {
 	if cfg.Drain <= 0 {
 		cfg.Drain = cfg.MinSyncPeriod + 5*time.Second
 	}
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
+	return cfg, nil
+}
 
-	c := cluster.New(cluster.Spec{Services: cfg.Services, EndpointsPerService: cfg.EndpointsPerService})
-	objs := make([]runtime.Object, 0, 2*cfg.Services)
-	for i := range c.Services {
-		objs = append(objs, c.Services[i], c.Slices[i])
-	}
-	client := fake.NewSimpleClientset(objs...)
-
+// newChurnProxier is the IPv4 proxier of node cluster.LocalNode over fakes of
+// every kernel interface, its IPVS watched and its syncs counted.
+func newChurnProxier(ctx context.Context, cfg ChurnConfig, watched *watchedIPVS, counter *syncCounter) (*proxyipvs.Proxier, error) {
 	nl := netlink.NewFake()
 	nl.AddLink("lo", "127.0.0.1", "::1")
 	nl.AddLink("eth0", "192.168.0.10")
-	watched := newWatchedIPVS(ipvs.NewFake())
-	counter := &syncCounter{}
 	p, err := proxyipvs.NewProxier(ctx, proxyipvs.Options{
 		IPFamily:      v1.IPv4Protocol,
 		NodeName:      cluster.LocalNode,
@@ -218,6 +211,63 @@ func RunChurn(ctx context.Context, cfg ChurnConfig) (*ChurnResult, error) {
 	}, nil)
 	if err != nil {
 		return nil, fmt.Errorf("creating proxier: %w", err)
+	}
+	return p, nil
+}
+
+// writeChurn writes cfg.UpdatesPerSecond EndpointSlice updates per second for
+// cfg.Duration, each replacing one endpoint with a fresh address that watched
+// then expects, and counts them in res (Updates, Achieved).
+func writeChurn(ctx context.Context, cfg ChurnConfig, c *cluster.Cluster, client *fake.Clientset, watched *watchedIPVS, res *ChurnResult) error {
+	interval := time.Second / time.Duration(cfg.UpdatesPerSecond)
+	ticker := time.NewTicker(interval)
+	defer ticker.Stop()
+	churnStart := time.Now()
+	sliceClient := client.DiscoveryV1().EndpointSlices(cluster.Namespace)
+	for u := 0; time.Since(churnStart) < cfg.Duration; u++ {
+		select {
+		case <-ticker.C:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		// Spread the writes over the cluster and over each Service's endpoints.
+		svc := (u * 7919) % cfg.Services
+		ip := c.NextEndpointIP()
+		s := c.WithEndpoint(svc, u%cfg.EndpointsPerService, ip)
+		t0 := time.Now()
+		watched.expect(clusterIPKey(svc, ip), t0)
+		if _, err := sliceClient.Update(ctx, s, metav1.UpdateOptions{}); err != nil {
+			return fmt.Errorf("updating EndpointSlice %s: %w", s.Name, err)
+		}
+		res.Updates++
+	}
+	res.Achieved = float64(res.Updates) / time.Since(churnStart).Seconds()
+	return nil
+}
+
+// RunChurn builds the cluster, starts the whole pipeline, waits for the initial
+// programming, then writes cfg.UpdatesPerSecond EndpointSlice updates per second for
+// cfg.Duration and collects the latencies. Everything it starts stops when it returns.
+func RunChurn(ctx context.Context, cfg ChurnConfig) (*ChurnResult, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+
+	c := cluster.New(cluster.Spec{Services: cfg.Services, EndpointsPerService: cfg.EndpointsPerService})
+	objs := make([]runtime.Object, 0, 2*cfg.Services)
+	for i := range c.Services {
+		objs = append(objs, c.Services[i], c.Slices[i])
+	}
+	client := fake.NewSimpleClientset(objs...)
+
+	watched := newWatchedIPVS(ipvs.NewFake())
+	counter := &syncCounter{}
+	p, err := newChurnProxier(ctx, cfg, watched, counter)
+	if err != nil {
+		return nil, err
 	}
 
 	last := cfg.Services - 1
@@ -252,29 +302,9 @@ func RunChurn(ctx context.Context, cfg ChurnConfig) (*ChurnResult, error) {
 	res := &ChurnResult{Startup: time.Since(start)}
 
 	syncsBefore := counter.count()
-	interval := time.Second / time.Duration(cfg.UpdatesPerSecond)
-	ticker := time.NewTicker(interval)
-	defer ticker.Stop()
-	churnStart := time.Now()
-	sliceClient := client.DiscoveryV1().EndpointSlices(cluster.Namespace)
-	for u := 0; time.Since(churnStart) < cfg.Duration; u++ {
-		select {
-		case <-ticker.C:
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		}
-		// Spread the writes over the cluster and over each Service's endpoints.
-		svc := (u * 7919) % cfg.Services
-		ip := c.NextEndpointIP()
-		s := c.WithEndpoint(svc, u%cfg.EndpointsPerService, ip)
-		t0 := time.Now()
-		watched.expect(clusterIPKey(svc, ip), t0)
-		if _, err := sliceClient.Update(ctx, s, metav1.UpdateOptions{}); err != nil {
-			return nil, fmt.Errorf("updating EndpointSlice %s: %w", s.Name, err)
-		}
-		res.Updates++
+	if err := writeChurn(ctx, cfg, c, client, watched, res); err != nil {
+		return nil, err
 	}
-	res.Achieved = float64(res.Updates) / time.Since(churnStart).Seconds()
 
 	deadline := time.Now().Add(cfg.Drain)
 	for watched.outstanding() > 0 && time.Now().Before(deadline) {
