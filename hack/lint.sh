@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Lint: gofmt (any unformatted file fails), go mod tidy, go vet, the import rules and
-# staticcheck (pinned in hack/tools/go.mod). Run from anywhere: `make lint`.
+# Lint: gofmt (any unformatted file fails), go mod tidy, go vet, the import rules, no
+# function over 100 lines (hack/funclen) and staticcheck (pinned in hack/tools/go.mod).
+# Run from anywhere: `make lint`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -61,6 +62,13 @@ if ! bad=$("$GO" list -f '{{.ImportPath}}{{range .Imports}} {{.}}{{end}}' ./pkg/
 elif [[ -n $bad ]]; then
 	echo "import rules broken (pkg/util never imports pkg/proxy or cmd; backends never import each other):" >&2
 	echo "$bad" >&2
+	status=1
+fi
+
+echo ">> function length (hack/funclen)"
+# No function of pkg/, cmd/, hack/ or test/ over 100 lines, from func to the
+# closing brace, but the listed exceptions (which may not grow).
+if ! "$GO" run ./hack/funclen; then
 	status=1
 fi
 

@@ -50,6 +50,8 @@ var exceptions = []exception{
 	{"pkg/proxy/ipvs", "Proxier.syncProxyRules", 111},
 	{"pkg/proxy/ipvs", "nftBackend.applySets", 109},
 	{"pkg/proxy/ipvs", "buildIPTablesRules", 108},
+	// Committed (fa45101) while this check was being written; its author splits it.
+	{"test/conformance/images/ocibuild", "writeArchive", 133},
 }
 
 // funcLength is one function declaration and its length in lines.
