@@ -1,0 +1,92 @@
+#!/usr/bin/env bash
+# Builds the images the conformance cluster imports, as OCI image-layout
+# archives (linux/amd64), without Docker or a registry, into DIR/images:
+#
+#   pause.oci.tar    registry.k8s.io/pause:3.10.2: pause/main.go, static
+#   agnhost.oci.tar  registry.k8s.io/e2e-test-images/agnhost:2.66.1:
+#                    k8s.io/kubernetes v1.37.2's test/images/agnhost on Debian
+#                    (agnhost/Dockerfile's runtime stage, hack/image-rootfs.sh)
+#   coredns.oci.tar  registry.k8s.io/coredns/coredns:v1.14.6: coredns/main.go
+#   index.tsv        "REFERENCE<TAB>NAME.oci.tar", one line per reference
+#
+# The references are the ones e2e.test and kubeadm v1.37.2 ask for
+# (test/utils/image/manifest.go, cmd/kubeadm/app/constants); the tag check at
+# the end compares them with `e2e.test --list-images` when DIR/bin has it.
+#
+# Usage: test/conformance/images/build.sh DIR   (test/conformance/build.sh runs it)
+# Needs root for the agnhost root filesystem (mmdebstrap --mode=root).
+set -euo pipefail
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+root=$(cd "$here/../../.." && pwd)
+dir=${1:?usage: $0 DIR}
+cache=${KPI_CACHE:-/var/cache/kube-proxy-ipvs}
+out="$dir/images"
+log() { echo "[conformance-images] $*" >&2; }
+die() {
+	log "FAIL: $*"
+	exit 1
+}
+
+pause_ref=registry.k8s.io/pause:3.10.2
+agnhost_ref=registry.k8s.io/e2e-test-images/agnhost:2.66.1
+coredns_ref=registry.k8s.io/coredns/coredns:v1.14.6
+
+mkdir -p "$out"
+work=$(mktemp -d "$out/.work.XXXXXX")
+trap 'rm -rf "$work"' EXIT
+
+# The flags of test/conformance/build.sh and test/e2e/lib/build-tools.sh, so
+# the Go build cache hits.
+gobuild() { # MODULE_DIR OUTPUT PACKAGE
+	local mod=$1 o=$2 pkg=$3 start=$SECONDS
+	(cd "$mod" && CGO_ENABLED=0 GOFLAGS="-mod=readonly -buildvcs=false" nice -n 10 go build -ldflags='-s -w' -o "$o" "$pkg")
+	log "built $(basename "$o") in $((SECONDS - start)) s"
+}
+
+gobuild "$root" "$work/ocibuild" ./test/conformance/images/ocibuild
+gobuild "$root" "$work/pause" ./test/conformance/images/pause
+gobuild "$root/test/conformance/tools" "$work/agnhost" k8s.io/kubernetes/test/images/agnhost
+gobuild "$here/coredns" "$work/coredns" .
+
+index=()
+image() { # NAME REFERENCE OCIBUILD_ARGS...
+	local name=$1 ref=$2 start=$SECONDS
+	shift 2
+	"$work/ocibuild" -out "$out/$name.oci.tar" -ref "$ref" "$@" >/dev/null
+	index+=("$ref	$name.oci.tar")
+	log "$name.oci.tar ($ref): $(du -h "$out/$name.oci.tar" | cut -f1) in $((SECONDS - start)) s"
+}
+
+image pause "$pause_ref" -file "$work/pause=/pause" -entrypoint '["/pause"]'
+
+# agnhost's root filesystem: the Dockerfile's runtime stage replayed by
+# hack/image-rootfs.sh in a cache of its own (the script removes the other
+# entries of its cache: the kube-proxy image's must stay).
+entry=$(KPI_DOCKERFILE="$here/agnhost/Dockerfile" KPI_CACHE="$cache/conformance/rootfs/agnhost" \
+	nice -n 10 "$root/hack/image-rootfs.sh")
+[[ $(cat "$entry/binary-path") == /agnhost ]] || die "agnhost/Dockerfile: COPY destination is not /agnhost"
+kmod=$(cd "$root/test/conformance/tools" && go list -m -f '{{.Dir}}' k8s.io/kubernetes)
+image agnhost "$agnhost_ref" -rootfs "$entry/image" \
+	-file "$work/agnhost=/agnhost" -link /agnhost-2=agnhost -dir /uploads \
+	-file "$kmod/test/images/agnhost/porter/localhost.crt=/localhost.crt" \
+	-file "$kmod/test/images/agnhost/porter/localhost.key=/localhost.key" \
+	-entrypoint '["/agnhost"]' -cmd '["pause"]' \
+	-port 80/tcp -port 8080/tcp -port 8081/tcp -port 9376/tcp -port 5000/tcp
+
+# As upstream's image: CoreDNS alone, listening on 53 and serving metrics on
+# 9153 (kubeadm's Deployment runs it with NET_BIND_SERVICE).
+image coredns "$coredns_ref" -file "$work/coredns=/coredns" -entrypoint '["/coredns"]' \
+	-port 53/udp -port 53/tcp -port 9153/tcp
+
+# e2e.test names the images it uses; ours must be those exact references.
+if [[ -x "$dir/bin/e2e.test" ]]; then
+	listed=$("$dir/bin/e2e.test" --list-images 2>/dev/null)
+	for ref in "$pause_ref" "$agnhost_ref"; do
+		grep -qxF "$ref" <<<"$listed" || die "$ref is not in e2e.test --list-images"
+	done
+fi
+
+printf '%s\n' "${index[@]}" >"$out/index.tsv.tmp"
+mv "$out/index.tsv.tmp" "$out/index.tsv"
+log "index: $out/index.tsv"
