@@ -62,7 +62,7 @@ build_bin() { # name package
 	local name=$1 pkg=$2
 	[[ -x "$out/bin/$name" ]] && return 0
 	mkdir -p "$out/bin"
-	log "building $name ($pkg $k8s_ver) into $out/bin"
+	log "building $name ($pkg, tools module of k8s.io/kubernetes $k8s_ver) into $out/bin"
 	local start=$SECONDS
 	if [[ $name == e2e.test ]]; then
 		go_run "$name" go test -c -v -ldflags="$ldflags" -o "$out/bin/$name.tmp" "$pkg"
