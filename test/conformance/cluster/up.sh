@@ -18,6 +18,7 @@
 #   KPI_CONF_VM_MEM       MiB per node VM (default 2048)
 #   KPI_CONF_VM_CPUS      vCPUs per node VM (default 2)
 #   KPI_CONF_PROXY        ours (default: deploy/standalone with our image) or none
+#   KPI_CONF_DNS          coredns (default: coredns.yaml, the kube-dns Service 10.96.0.10) or none
 #   KPI_CONF_APISERVER_NAME  the name kube-proxy's apiServer uses (default
 #                         kpi-apiserver, in every node's /etc/hosts); "ip" puts the address
 #   KPI_CONF_PROXY_ARCHIVE   our image as an OCI archive (default: proxy-image.sh)
@@ -57,6 +58,9 @@ node_image=$("$here/build-node.sh")
 kubectl=$build/bin/kubectl
 pause_ref=$(awk -F'\t' '$1 ~ /\/pause:/ {print $1; exit}' "$images/index.tsv")
 [[ -n $pause_ref ]] || die "$images/index.tsv names no pause image"
+dns=${KPI_CONF_DNS:-coredns}
+coredns_ref=$(awk -F'\t' '$1 ~ /\/coredns:/ {print $1; exit}' "$images/index.tsv")
+[[ $dns != coredns || -n $coredns_ref ]] || die "$images/index.tsv names no coredns image (KPI_CONF_DNS=none goes without)"
 proxy_ref=''
 if [[ $proxy == ours ]]; then
 	IFS=$'\t' read -r proxy_archive proxy_version < <("$here/proxy-image.sh")
@@ -224,6 +228,7 @@ EOF
 	start "qemu-$n" qemu-system-x86_64 $accel -machine pc -smp "${KPI_CONF_VM_CPUS:-2}" -m "${KPI_CONF_VM_MEM:-2048}" \
 		-nodefaults -no-user-config -nographic -no-reboot -display none \
 		-serial "file:$run/logs/console-$n.log" \
+		-serial "unix:$run/logs/shell-$n.sock,server=on,wait=off" \
 		-netdev "tap,id=n0,ifname=tap$i,script=no,downscript=no" \
 		-device "virtio-net-pci,netdev=n0,mac=52:54:00:0a:00:$((10 + i)),romfile=" \
 		-drive "file=$run/$n.img,if=virtio,format=raw,cache=unsafe" \
@@ -239,7 +244,7 @@ log "booting ${names[*]} ($(awk '{print $2}' <<<"$accel" | cut -d, -f1), ${KPI_C
 	printf 'export KUBECONFIG=%q\nexport KPI_CONF_RUN=%q\nexport KPI_CONF_NS=%q\nexport KPI_CONF_NODES=%q\n' \
 		"$p/admin.kubeconfig" "$run" "$ns" "$nodes"
 	printf 'export KPI_CONF_NODE_NAMES=%q\nexport KPI_CONF_NODE_IPS=%q\nexport KPI_CONF_KUBECTL=%q\n' "${names[*]}" "${ips[*]}" "$kubectl"
-	printf 'export KPI_CONF_BUILD_DIR=%q\nexport KPI_CONF_PROXY_IMAGE=%q\n' "$build" "$proxy_ref"
+	printf 'export KPI_CONF_BUILD_DIR=%q\nexport KPI_CONF_IMAGES_DIR=%q\nexport KPI_CONF_PROXY_IMAGE=%q\n' "$build" "$images" "$proxy_ref"
 } >"$run/env"
 
 # ---- nodes: registered (then their pod range), Ready ----
@@ -298,6 +303,20 @@ if [[ $proxy == ours ]]; then
 	done
 	log "kube-proxy-ipvs ready on $nodes nodes $((SECONDS - applied)) s after apply"
 	echo "kube-proxy-ipvs ready $((SECONDS - applied)) s after apply" >>"$run/timings"
+fi
+# ---- cluster DNS: CoreDNS at 10.96.0.10 (a Service our kube-proxy serves) ----
+if [[ $dns == coredns ]]; then
+	sed "s|COREDNS_IMAGE|$coredns_ref|" "$here/coredns.yaml" >"$run/coredns.yaml"
+	k apply -f "$run/coredns.yaml" >/dev/null
+	applied=$SECONDS
+	while true; do
+		((SECONDS - applied < timeout)) || die "CoreDNS not available: $(k -n kube-system get pods -o wide 2>&1 | tr '\n' ' ')"
+		alive
+		[[ $(k -n kube-system get deploy coredns -o jsonpath='{.status.availableReplicas}' 2>/dev/null) == 2 ]] && break
+		sleep 2
+	done
+	log "CoreDNS available $((SECONDS - applied)) s after apply"
+	echo "coredns available $((SECONDS - applied)) s after apply" >>"$run/timings"
 fi
 log "cluster up in $((SECONDS - t0)) s: $(k get nodes --no-headers 2>&1 | awk '{printf "%s %s; ", $1, $2}')"
 log "use it: ip netns exec $ns bash -c '. $run/env; \$KPI_CONF_KUBECTL get pods -A'"
