@@ -19,9 +19,10 @@ RUN CGO_ENABLED=0 GOOS=linux go build -trimpath \
       -o /out/kube-proxy ./cmd/kube-proxy
 
 # The e2e suite replays this stage without a registry (hack/image-rootfs.sh:
-# mmdebstrap, then these RUN lines verbatim) and runs the daemon from the result:
-# keep it FROM debian:<suite>[-slim], ARG, LABEL, RUN, COPY --from=build and
-# ENTRYPOINT.
+# mmdebstrap, then these RUN and COPY lines in order) and runs the daemon from
+# the result: keep it FROM debian:<suite>[-slim], ARG, LABEL, RUN,
+# COPY [--chmod=MODE] FILE DST (one file of the build context), COPY --from=build
+# and ENTRYPOINT.
 FROM debian:bookworm-slim
 # OCI labels; make release sets the same ones on the image it writes
 # (hack/release.sh: the release version, the commit and its date).
@@ -37,10 +38,19 @@ LABEL org.opencontainers.image.title=kube-proxy-ipvs \
 RUN apt-get update \
  && apt-get install -y --no-install-recommends \
       iptables ipset conntrack ipvsadm kmod nftables ca-certificates \
- && rm -rf /var/lib/apt/lists/* \
- # Debian's iptables package ships both backends; pick nft by default as
- # upstream's image does, and keep iptables-legacy available.
- && update-alternatives --set iptables /usr/sbin/iptables-nft \
- && update-alternatives --set ip6tables /usr/sbin/ip6tables-nft
+ && rm -rf /var/lib/apt/lists/*
+# Debian's iptables package ships both backends. As in upstream's image, the
+# iptables and ip6tables commands (and their -save and -restore) start as a
+# wrapper whose first call in a container picks the node's backend, legacy or
+# nft, the way the daemon picks its own (hack/image/iptables-wrapper), and
+# points the alternatives at it. The daemon itself always runs
+# iptables-legacy-* or iptables-nft-* by name.
+COPY --chmod=0755 hack/image/iptables-wrapper /usr/sbin/iptables-wrapper
+RUN for f in iptables ip6tables; do \
+      update-alternatives --install /usr/sbin/$f $f /usr/sbin/iptables-wrapper 100 \
+        --slave /usr/sbin/$f-restore $f-restore /usr/sbin/iptables-wrapper \
+        --slave /usr/sbin/$f-save $f-save /usr/sbin/iptables-wrapper \
+      && update-alternatives --set $f /usr/sbin/iptables-wrapper || exit 1; \
+    done
 COPY --from=build /out/kube-proxy /usr/local/bin/kube-proxy
 ENTRYPOINT ["/usr/local/bin/kube-proxy"]

@@ -8,6 +8,10 @@
 #                                 docs, man pages or locales)
 #   RUN ...                    -> run verbatim with /bin/sh -c in the chroot
 #                                 (the same apt-get install and update-alternatives)
+#   COPY [--chmod=MODE] SRC DST -> the build context's file SRC (the Dockerfile's
+#                                 folder; one regular file) installed at DST,
+#                                 root-owned, MODE or SRC's mode, between the
+#                                 RUNs around it (the iptables wrapper)
 #   COPY --from=build SRC DST  -> DST is where the daemon goes; the harness puts
 #                                 our bin/kube-proxy there on every run
 #   ENTRYPOINT [...]           -> recorded
@@ -30,8 +34,9 @@
 #   DIR/manifest.txt    inputs, suites' Release dates, package versions,
 #                       alternatives, tool versions
 #
-# The entry is keyed by the stage's FROM and RUN text (package list and
-# alternatives), the architecture, the mirrors and this script's recipe number;
+# The entry is keyed by the stage's FROM, RUN and COPY text (package list and
+# alternatives) with each copied file's mode and sha256, the architecture, the
+# mirrors and this script's recipe number;
 # it is rebuilt only when one of them changes (or KPI_IMAGE_REBUILD=1), not when
 # Debian publishes updates: the manifest names the suites' Release dates. Downloaded .debs are
 # kept in $KPI_CACHE/image/debs for the next rebuild.
@@ -64,6 +69,7 @@ set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 dockerfile=${KPI_DOCKERFILE:-$root/Dockerfile}
 [[ -f $dockerfile ]] || { echo "[image] FAIL: no Dockerfile at $dockerfile" >&2; exit 1; }
+context=$(cd "$(dirname "$dockerfile")" && pwd)
 cache=${KPI_CACHE:-/var/cache/kube-proxy-ipvs}
 host_arch=$(dpkg --print-architecture)
 arch=${KPI_IMAGE_ARCH:-$host_arch}
@@ -91,7 +97,9 @@ stage_instructions() {
 }
 
 from='' binary_path='' entrypoint=''
-runs=() args=() labels=()
+# steps: the RUN and COPY instructions in order, as "run CMD" or
+# "copy MODE SHA256 SRC DST"; runs: the RUN commands alone.
+runs=() steps=() args=() labels=()
 while IFS= read -r -d '' inst; do
 	inst=$(sed -E 's/^[[:space:]]+//; s/[[:space:]]+/ /g' <<<"$inst")
 	kw=${inst%% *}
@@ -101,11 +109,27 @@ while IFS= read -r -d '' inst; do
 	RUN)
 		[[ $rest != \[* ]] || die "RUN in exec form is not handled: $inst"
 		runs+=("$rest")
+		steps+=("run $rest")
 		;;
 	COPY)
 		read -r -a w <<<"$rest"
-		[[ ${#w[@]} -eq 3 && ${w[0]} == --from=build ]] || die "only 'COPY --from=build SRC DST' is handled: $inst"
-		binary_path=${w[2]}
+		if [[ ${#w[@]} -eq 3 && ${w[0]} == --from=build ]]; then
+			binary_path=${w[2]}
+			continue
+		fi
+		# COPY [--chmod=MODE] SRC DST: one file of the build context.
+		mode=''
+		if [[ ${w[0]} =~ ^--chmod=([0-7]{3,4})$ ]]; then
+			mode=${BASH_REMATCH[1]}
+			w=("${w[@]:1}")
+		fi
+		[[ ${#w[@]} -eq 2 && ${w[0]} != -* && ${w[0]} != /* && /${w[0]}/ != */../* && ${w[1]} == /* && ${w[1]} != */ ]] ||
+			die "only 'COPY --from=build SRC DST' and 'COPY [--chmod=MODE] FILE /PATH' (a file of the build context to a file path) are handled: $inst"
+		src=$context/${w[0]}
+		[[ -f $src && ! -L $src ]] || die "COPY: $src is not a regular file of the build context $context"
+		[[ -n $mode ]] || mode=$(stat -c %a "$src")
+		mode=$(printf '%04o' "$((8#$mode))")
+		steps+=("copy $mode $(sha256sum "$src" | cut -c1-64) ${w[0]} ${w[1]}")
 		;;
 	ENTRYPOINT)
 		entrypoint=$(sed -E 's/^\[//; s/\]$//; s/"//g; s/, */\n/g' <<<"$rest")
@@ -151,7 +175,7 @@ entry_for() {
 	local key
 	key=$({
 		echo "$recipe $from"
-		printf '%s\n' "${runs[@]}" "$1" "${sources[@]}"
+		printf '%s\n' "${steps[@]}" "$1" "${sources[@]}"
 	} | sha256sum | cut -c1-12)
 	echo "$cache/image/$suite-$1-$key"
 }
@@ -159,7 +183,12 @@ out=$(entry_for "$arch")
 
 if [[ ${1:-} == --plan ]]; then
 	echo "from: $from"
-	printf 'run: %s\n' "${runs[@]}"
+	for st in "${steps[@]}"; do
+		case $st in
+		run\ *) echo "run: ${st#run }" ;;
+		copy\ *) echo "copy: ${st#copy }" ;;
+		esac
+	done
 	echo "binary: $binary_path"
 	echo "entrypoint: $(tr '\n' ' ' <<<"$entrypoint")"
 	if ((${#args[@]})); then printf 'arg: %s\n' "${args[@]}"; fi
@@ -240,11 +269,23 @@ opts+=(--setup-hook='mkdir -p "$1"/var/cache/apt/archives'
 # The suites' Release dates: what "the Debian of this build" was.
 opts+=(--customize-hook="grep -h -E '^(Suite|Date):' \"\$1\"/var/lib/apt/lists/*Release >$work/apt-dates")
 i=0
-for r in "${runs[@]}"; do
+for st in "${steps[@]}"; do
 	i=$((i + 1))
-	printf '%s\n' "$r" >"$work/run-$i"
-	# As docker runs RUN: /bin/sh -c, as root, in /, with the image's PATH.
-	opts+=(--customize-hook="chroot \"\$1\" env -i PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin HOME=/root /bin/sh -c \"\$(cat $work/run-$i)\"")
+	case $st in
+	run\ *)
+		printf '%s\n' "${st#run }" >"$work/run-$i"
+		# As docker runs RUN: /bin/sh -c, as root, in /, with the image's PATH.
+		opts+=(--customize-hook="chroot \"\$1\" env -i PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin HOME=/root /bin/sh -c \"\$(cat $work/run-$i)\"")
+		;;
+	copy\ *)
+		read -r _ mode sum src dst <<<"$st"
+		# The file as it was keyed (a later edit of the context cannot slip in).
+		cp "$context/$src" "$work/copy-$i"
+		[[ $(sha256sum "$work/copy-$i" | cut -c1-64) == "$sum" ]] || die "COPY $src changed while the build started"
+		# As docker's COPY: owned by root, parent folders created.
+		opts+=(--customize-hook="install -D -o 0 -g 0 -m $mode $work/copy-$i \"\$1\"$dst")
+		;;
+	esac
 done
 opts+=(--customize-hook="sync-out /var/cache/apt/archives $cache/image/debs")
 mmdebstrap "${opts[@]}" "$suite" "$work/image" "${sources[@]}" >"$work/mmdebstrap.log" 2>&1 || {
@@ -263,7 +304,12 @@ printf '%s\n' "$entrypoint" >"$work/entrypoint"
 	echo "from: $from"
 	echo "arch: $arch"
 	printf 'source: %s\n' "${sources[@]}"
-	printf 'run: %s\n' "${runs[@]}"
+	for st in "${steps[@]}"; do
+		case $st in
+		run\ *) echo "run: ${st#run }" ;;
+		copy\ *) echo "copy: ${st#copy }" ;;
+		esac
+	done
 	echo "binary: $binary_path"
 	echo "# the suites as apt saw them before the RUNs"
 	cat "$work/apt-dates"
@@ -272,8 +318,10 @@ printf '%s\n' "$entrypoint" >"$work/entrypoint"
 		if [[ -L "$img/etc/alternatives/$a" ]]; then echo "$a -> $(readlink "$img/etc/alternatives/$a")"; fi
 	done
 	echo "# tools"
-	# (not ipvsadm: even --version loads ip_vs into the running kernel)
-	for t in "iptables --version" "ipset --version" "conntrack --version" "nft --version" "kmod --version"; do
+	# (not ipvsadm: even --version loads ip_vs into the running kernel; not
+	# iptables: the image's is a wrapper that would probe this machine's rules
+	# and pick its backend for good)
+	for t in "iptables-legacy --version" "iptables-nft --version" "ipset --version" "conntrack --version" "nft --version" "kmod --version"; do
 		# shellcheck disable=SC2086 # a command and its flag
 		echo "$t: $(chroot "$img" $t 2>&1 | head -1)"
 	done

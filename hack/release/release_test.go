@@ -321,7 +321,8 @@ func checkSBOM(t *testing.T, dir string, arches []string) {
 
 // checkVersionInImage unpacks the amd64 layer and runs the daemon in it: as
 // root chrooted into it (no mounts, nothing of the host's network touched),
-// with the image's iptables too; otherwise the unpacked binary directly.
+// with the image's iptables too (in a network namespace of its own);
+// otherwise the unpacked binary directly.
 func checkVersionInImage(t *testing.T, layer []byte, binaryPath, version string) {
 	if len(layer) == 0 {
 		t.Fatal("no amd64 layer")
@@ -363,9 +364,16 @@ func checkVersionInImage(t *testing.T, layer []byte, binaryPath, version string)
 		t.Errorf("%v: %v\n%s\nwant the version %s", cmd.Args, err, out, version)
 	}
 	if asRoot {
-		out, err := exec.Command("chroot", root, "iptables", "--version").CombinedOutput()
+		// The image's iptables is a wrapper that reads the node's rules on its
+		// first call: in a network namespace of its own (nothing of this
+		// machine's is read), an empty node, it picks nft as upstream's does
+		// and points the unpacked image's alternatives there.
+		out, err := exec.Command("unshare", "--net", "chroot", root, "iptables", "--version").CombinedOutput()
 		if err != nil || !strings.Contains(string(out), "(nf_tables)") {
-			t.Errorf("iptables --version in the image: %v\n%s", err, out)
+			t.Errorf("iptables --version in the image, in an empty network namespace: %v\n%s", err, out)
+		}
+		if alt, err := os.Readlink(filepath.Join(root, "etc/alternatives/iptables")); err != nil || alt != "/usr/sbin/iptables-nft" {
+			t.Errorf("after the first iptables call the image's iptables alternative is %q (%v), want /usr/sbin/iptables-nft", alt, err)
 		}
 	}
 }
