@@ -4,7 +4,7 @@
 # Debian packages, and caches it outside the repository, keyed by the tools
 # module's go.mod and go.sum, so a fresh clone elsewhere reuses it:
 #
-#   DIR/bin/{kubelet,kube-controller-manager,kube-scheduler,kubectl,ginkgo,e2e.test}
+#   DIR/bin/{kubelet,kube-controller-manager,kube-scheduler,kubectl,kube-proxy,ginkgo,e2e.test}
 #   DIR/images/NAME.oci.tar   OCI image-layout archives, linux/amd64
 #   DIR/images/index.tsv      "REFERENCE<TAB>NAME.oci.tar" per image
 #
@@ -73,7 +73,7 @@ build_bin() { # name package
 	log "$name built in $((SECONDS - start)) s"
 }
 
-bins=(kubelet kube-controller-manager kube-scheduler kubectl ginkgo e2e.test)
+bins=(kubelet kube-controller-manager kube-scheduler kubectl kube-proxy ginkgo e2e.test)
 have_all() {
 	local b
 	for b in "${bins[@]}"; do [[ -x "$out/bin/$b" ]] || return 1; done
@@ -81,7 +81,8 @@ have_all() {
 }
 images_key() { # every input of images/build.sh but the tools module (in DIR's name)
 	cat "$here/images/build.sh" "$here"/images/*/*.go "$here"/images/*/Dockerfile \
-		"$here"/images/*/go.{mod,sum} "$here/../../hack/image-rootfs.sh" 2>/dev/null | sha256sum | cut -c1-12
+		"$here"/images/*/go.{mod,sum} "$here/../../hack/image-rootfs.sh" "$here/../../Dockerfile" \
+		"$here"/../../hack/image/* 2>/dev/null | sha256sum | cut -c1-12
 }
 
 # Concurrent runs (two engineers, CI) wait for each other instead of racing;
@@ -99,6 +100,8 @@ build_bin kubelet k8s.io/kubernetes/cmd/kubelet
 build_bin kube-controller-manager k8s.io/kubernetes/cmd/kube-controller-manager
 build_bin kube-scheduler k8s.io/kubernetes/cmd/kube-scheduler
 build_bin kubectl k8s.io/kubernetes/cmd/kubectl
+# Upstream's kube-proxy: the upstream-ipvs column's image (images/build.sh).
+build_bin kube-proxy k8s.io/kubernetes/cmd/kube-proxy
 build_bin ginkgo github.com/onsi/ginkgo/v2/ginkgo
 build_bin e2e.test k8s.io/kubernetes/test/e2e
 

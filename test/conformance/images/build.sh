@@ -7,6 +7,10 @@
 #                    k8s.io/kubernetes v1.37.2's test/images/agnhost on Debian
 #                    (agnhost/Dockerfile's runtime stage, hack/image-rootfs.sh)
 #   coredns.oci.tar  registry.k8s.io/coredns/coredns:v1.14.6: coredns/main.go
+#   kube-proxy.oci.tar  registry.k8s.io/kube-proxy:v1.37.2: upstream's kube-proxy
+#                    (DIR/bin/kube-proxy) in an image of our image's shape: the
+#                    runtime stage of the repository's Dockerfile, the same
+#                    path and ENTRYPOINT (the upstream-ipvs column)
 #   index.tsv        "REFERENCE<TAB>NAME.oci.tar", one line per reference
 #
 # The references are the ones e2e.test and kubeadm v1.37.2 ask for
@@ -31,6 +35,7 @@ die() {
 pause_ref=registry.k8s.io/pause:3.10.2
 agnhost_ref=registry.k8s.io/e2e-test-images/agnhost:2.66.1
 coredns_ref=registry.k8s.io/coredns/coredns:v1.14.6
+kube_proxy_ref=registry.k8s.io/kube-proxy:v1.37.2
 
 mkdir -p "$out"
 work=$(mktemp -d "$out/.work.XXXXXX")
@@ -78,6 +83,14 @@ image agnhost "$agnhost_ref" -rootfs "$entry/image" \
 # 9153 (kubeadm's Deployment runs it with NET_BIND_SERVICE).
 image coredns "$coredns_ref" -file "$work/coredns=/coredns" -entrypoint '["/coredns"]' \
 	-port 53/udp -port 53/tcp -port 9153/tcp
+
+# Upstream kube-proxy on our image's root filesystem (the Dockerfile of the
+# working tree, as the e2e suite takes it), in a cache of its own.
+[[ -x "$dir/bin/kube-proxy" ]] || die "no $dir/bin/kube-proxy (test/conformance/build.sh builds it)"
+entry=$(KPI_CACHE="$cache/conformance/rootfs/kube-proxy" nice -n 10 "$root/hack/image-rootfs.sh")
+entrypoint=$(python3 -c 'import json,sys; print(json.dumps(sys.stdin.read().split()))' <"$entry/entrypoint")
+image kube-proxy "$kube_proxy_ref" -rootfs "$entry/image" \
+	-file "$dir/bin/kube-proxy=$(cat "$entry/binary-path")" -entrypoint "$entrypoint"
 
 # e2e.test names the images it uses; ours must be those exact references.
 if [[ -x "$dir/bin/e2e.test" ]]; then

@@ -10,7 +10,8 @@
 #   - agnhost: the tools the [sig-network] tests exec in it run (curl, nc,
 #     ss, nslookup, wget, iperf, timeout), netexec answers over TCP and UDP,
 #     the uid/gid upstream's image defines exist;
-#   - pause runs and stops on SIGTERM; coredns prints its version.
+#   - pause runs and stops on SIGTERM; coredns prints its version;
+#   - kube-proxy (upstream's) reports v1.37.2 next to iptables and ipvsadm.
 #
 # Usage: test/conformance/images/import-check.sh [DIR]  (default: build.sh's DIR)
 # Needs root. Prints "import-check: N passed, M failed".
@@ -129,6 +130,14 @@ fi
 if [[ -n ${ref_of[coredns]:-} ]]; then
 	out=$(timeout 30 "${ctr[@]}" run --rm "${ref_of[coredns]}" coredns-check /coredns -version 2>&1) || true
 	check "coredns runs" '^CoreDNS-' "$out"
+fi
+if [[ -n ${ref_of[kube-proxy]:-} ]]; then
+	out=$(timeout 30 "${ctr[@]}" run --rm "${ref_of[kube-proxy]}" kube-proxy-check /bin/sh -c \
+		'/usr/local/bin/kube-proxy --version; iptables --version; command -v ipvsadm' 2>&1) || true
+	check "kube-proxy is upstream's v1.37.2" '^Kubernetes v1\.37\.2$' "$out"
+	check "kube-proxy image has iptables" '^iptables v' "$out"
+	# (not ipvsadm --version: it loads ip_vs into the host's kernel)
+	check "kube-proxy image has ipvsadm" '/ipvsadm$' "$out"
 fi
 
 echo "import-check: $passed passed, $failed failed"

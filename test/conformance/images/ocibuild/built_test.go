@@ -1,6 +1,9 @@
 package main
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -11,23 +14,22 @@ import (
 // TestBuiltImages checks what test/conformance/build.sh wrote: every line of
 // DIR/images/index.tsv names an archive that exists, reads back whole
 // (checkArchive) and carries that reference, and every archive in the folder
-// is listed. DIR is KPI_CONFORMANCE_DIR, or else every build in
-// ${KPI_CACHE:-/var/cache/kube-proxy-ipvs}/conformance. With no build there it
-// skips and says how to make one.
+// is listed. DIR is KPI_CONFORMANCE_DIR, or else the folder build.sh uses for
+// this checkout's tools module (k8s-VERSION-SUM under
+// ${KPI_CACHE:-/var/cache/kube-proxy-ipvs}/conformance). With no build there
+// it skips and says how to make one.
 func TestBuiltImages(t *testing.T) {
-	var indexes []string
-	if dir := os.Getenv("KPI_CONFORMANCE_DIR"); dir != "" {
-		indexes = []string{filepath.Join(dir, "images", "index.tsv")}
-	} else {
-		cache := os.Getenv("KPI_CACHE")
-		if cache == "" {
-			cache = "/var/cache/kube-proxy-ipvs"
+	dir := os.Getenv("KPI_CONFORMANCE_DIR")
+	if dir == "" {
+		var err error
+		if dir, err = buildDir(); err != nil {
+			t.Fatal(err)
 		}
-		indexes, _ = filepath.Glob(filepath.Join(cache, "conformance", "k8s-*", "images", "index.tsv"))
 	}
-	if len(indexes) == 0 {
-		t.Skip("NOT CHECKED: no conformance images built yet; run test/conformance/build.sh " +
-			"(or set KPI_CONFORMANCE_DIR to its output) to check the archives")
+	indexes := []string{filepath.Join(dir, "images", "index.tsv")}
+	if _, err := os.Stat(indexes[0]); err != nil {
+		t.Skipf("NOT CHECKED: no conformance images at %s; run test/conformance/build.sh "+
+			"(or set KPI_CONFORMANCE_DIR to its output) to check the archives", dir)
 	}
 	for _, index := range indexes {
 		t.Run(filepath.Base(filepath.Dir(filepath.Dir(index))), func(t *testing.T) {
@@ -71,4 +73,39 @@ func TestBuiltImages(t *testing.T) {
 			}
 		})
 	}
+}
+
+// buildDir is the folder test/conformance/build.sh prints for this checkout:
+// the kubernetes version the tools module requires and the first 12 hex
+// digits of the sha256 of its go.mod and go.sum.
+func buildDir() (string, error) {
+	tools := filepath.Join("..", "..", "tools")
+	mod, err := os.ReadFile(filepath.Join(tools, "go.mod"))
+	if err != nil {
+		return "", err
+	}
+	sum, err := os.ReadFile(filepath.Join(tools, "go.sum"))
+	if err != nil {
+		return "", err
+	}
+	version := ""
+	for _, line := range strings.Split(string(mod), "\n") {
+		// "require k8s.io/kubernetes V" or, in a require block, "k8s.io/kubernetes V"
+		f := strings.Fields(line)
+		if len(f) >= 2 && f[0] == "require" {
+			f = f[1:]
+		}
+		if version == "" && len(f) >= 2 && f[0] == "k8s.io/kubernetes" && strings.HasPrefix(f[1], "v") {
+			version = f[1]
+		}
+	}
+	if version == "" {
+		return "", fmt.Errorf("%s/go.mod: no k8s.io/kubernetes requirement", tools)
+	}
+	h := sha256.Sum256(append(mod, sum...))
+	cache := os.Getenv("KPI_CACHE")
+	if cache == "" {
+		cache = "/var/cache/kube-proxy-ipvs"
+	}
+	return filepath.Join(cache, "conformance", "k8s-"+version+"-"+hex.EncodeToString(h[:])[:12]), nil
 }
