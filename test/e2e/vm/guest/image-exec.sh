@@ -8,9 +8,19 @@
 # /dev, and the volumes given with --bind (the DaemonSets mount
 # /lib/modules read-only and /run/xtables.lock; a missing source is created as
 # an empty file, as hostPath FileOrCreate does). The image itself is
-# shared by every container started from it; nothing is copied.
+# shared by every container started from it, except what the image's iptables
+# wrapper (hack/image/iptables-wrapper) writes on its first call: the image's
+# /etc/alternatives, /var/lib/dpkg/alternatives and /var/log are copied into a
+# tmpfs of this container's own, as a container runtime gives each container
+# a writable layer: every container starts with the alternatives as built
+# (iptables -> the wrapper), and the backend its first iptables call picks
+# goes with it.
 #
 #   image-exec.sh [--bind SRC:DST[:ro]]... [--] CMD [ARGS...]
+#
+# Give CMD as a path when it names a busybox applet (/bin/sh, not sh): the
+# VM's chroot is busybox's, which runs an applet's name as its own applet
+# (busybox ash, with busybox's readlink and the rest) instead of the image's.
 #
 # The environment is the image's (PATH=/usr/local/sbin:...:/bin, HOME=/root)
 # plus the caller's other variables. The command keeps this script's PID (every
@@ -40,6 +50,16 @@ mount -t proc proc "$image/proc"
 # Mounted here, sysfs shows the caller's network namespace (ip netns exec node2 ...).
 mount -t sysfs sysfs "$image/sys"
 mount --rbind /dev "$image/dev"
+# The container's writable layer for the alternatives (see above); the path
+# is shared, the tmpfs on it private to this mount namespace.
+layer=/run/kpi-image-layer
+mkdir -p "$layer"
+mount -t tmpfs -o mode=0755 kpi-image-layer "$layer"
+for d in /etc/alternatives /var/lib/dpkg/alternatives /var/log; do
+	mkdir -p "$layer$d"
+	cp -a "$image$d/." "$layer$d/"
+	mount --bind "$layer$d" "$image$d"
+done
 for b in "${binds[@]}"; do
 	IFS=: read -r src dst opt <<<"$b"
 	# Resolved inside the image: its /var/run is a symlink to /run.
