@@ -28,6 +28,7 @@ const (
 	annotRefName    = "org.opencontainers.image.ref.name"
 	annotImageName  = "io.containerd.image.name"
 	defaultImageEnv = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+	ociLayout       = `{"imageLayoutVersion":"1.0.0"}`
 )
 
 type imageSpec struct {
@@ -125,7 +126,69 @@ func writeArchive(out string, spec imageSpec) (string, error) {
 	}
 	defer os.RemoveAll(tmp)
 
-	var blobs []blob
+	b := &builder{tmp: tmp, cfg: newConfig(spec)}
+	if spec.rootfs != "" {
+		if err := b.addLayer("rootfs", "ocibuild: root filesystem "+filepath.Base(spec.rootfs), func(tw *tar.Writer) error {
+			return addTree(tw, spec.rootfs, spec.created)
+		}); err != nil {
+			return "", err
+		}
+	}
+	if len(spec.extra) > 0 {
+		if err := b.addLayer("extra", "ocibuild: "+describe(spec.extra), func(tw *tar.Writer) error {
+			return addEntries(tw, spec.extra, spec.created)
+		}); err != nil {
+			return "", err
+		}
+	}
+	cfgDesc, cfgBlob, err := jsonBlob(typeConfig, b.cfg)
+	if err != nil {
+		return "", err
+	}
+	manDesc, manBlob, err := jsonBlob(typeManifest, manifestFile{SchemaVersion: 2, MediaType: typeManifest, Config: cfgDesc, Layers: b.layers})
+	if err != nil {
+		return "", err
+	}
+	b.blobs = append(b.blobs, cfgBlob, manBlob)
+	idx, err := json.Marshal(newIndex(spec.refs, manDesc))
+	if err != nil {
+		return "", err
+	}
+	part := filepath.Join(tmp, "archive.tar")
+	if err := writeLayoutTar(part, spec.created, idx, b.blobs); err != nil {
+		return "", err
+	}
+	if err := os.Rename(part, out); err != nil {
+		return "", err
+	}
+	return manDesc.Digest, nil
+}
+
+// builder collects the layers of one image and their blobs.
+type builder struct {
+	tmp    string
+	cfg    configFile
+	layers []descriptor
+	blobs  []blob
+}
+
+// addLayer writes a layer with fill and records it in the manifest's layers
+// and the config's diff IDs and history.
+func (b *builder) addLayer(name, createdBy string, fill func(*tar.Writer) error) error {
+	file := filepath.Join(b.tmp, name)
+	d, diffID, err := writeLayer(file, fill)
+	if err != nil {
+		return fmt.Errorf("layer %s: %w", name, err)
+	}
+	b.layers = append(b.layers, d)
+	b.blobs = append(b.blobs, blob{digest: d.Digest, file: file, size: d.Size})
+	b.cfg.RootFS.DiffIDs = append(b.cfg.RootFS.DiffIDs, diffID)
+	b.cfg.History = append(b.cfg.History, history{Created: b.cfg.Created, CreatedBy: createdBy})
+	return nil
+}
+
+// newConfig is the image config of spec, without its layers.
+func newConfig(spec imageSpec) configFile {
 	cfg := configFile{
 		Created:      spec.created.Format(time.RFC3339),
 		Architecture: "amd64",
@@ -145,96 +208,62 @@ func writeArchive(out string, spec imageSpec) (string, error) {
 		}
 		cfg.Config.ExposedPorts[p] = struct{}{}
 	}
-	var layers []descriptor
-	addLayer := func(name, createdBy string, fill func(*tar.Writer) error) error {
-		file := filepath.Join(tmp, name)
-		d, diffID, err := writeLayer(file, fill)
-		if err != nil {
-			return fmt.Errorf("layer %s: %w", name, err)
-		}
-		layers = append(layers, d)
-		blobs = append(blobs, blob{digest: d.Digest, file: file, size: d.Size})
-		cfg.RootFS.DiffIDs = append(cfg.RootFS.DiffIDs, diffID)
-		cfg.History = append(cfg.History, history{Created: cfg.Created, CreatedBy: createdBy})
-		return nil
-	}
-	if spec.rootfs != "" {
-		if err := addLayer("rootfs", "ocibuild: root filesystem "+filepath.Base(spec.rootfs), func(tw *tar.Writer) error {
-			return addTree(tw, spec.rootfs, spec.created)
-		}); err != nil {
-			return "", err
-		}
-	}
-	if len(spec.extra) > 0 {
-		if err := addLayer("extra", "ocibuild: "+describe(spec.extra), func(tw *tar.Writer) error {
-			return addEntries(tw, spec.extra, spec.created)
-		}); err != nil {
-			return "", err
-		}
-	}
+	return cfg
+}
 
-	cfgDesc, cfgBlob, err := jsonBlob(typeConfig, cfg)
-	if err != nil {
-		return "", err
-	}
-	manDesc, manBlob, err := jsonBlob(typeManifest, manifestFile{SchemaVersion: 2, MediaType: typeManifest, Config: cfgDesc, Layers: layers})
-	if err != nil {
-		return "", err
-	}
-	blobs = append(blobs, cfgBlob, manBlob)
+// newIndex names the manifest once per reference, for linux/amd64, with the
+// full reference (what containerd names the image) and its tag.
+func newIndex(refs []string, manifest descriptor) indexFile {
 	idx := indexFile{SchemaVersion: 2, MediaType: typeIndex}
-	for _, r := range spec.refs {
-		tag, err := refTag(r)
-		if err != nil {
-			return "", fmt.Errorf("%s: %w", r, err)
-		}
-		d := manDesc
+	for _, r := range refs {
+		tag, _ := refTag(r) // main checked every reference
+		d := manifest
 		d.Platform = &platform{Architecture: "amd64", OS: "linux"}
 		d.Annotations = map[string]string{annotImageName: r, annotRefName: tag}
 		idx.Manifests = append(idx.Manifests, d)
 	}
-	idxData, err := json.Marshal(idx)
-	if err != nil {
-		return "", err
-	}
+	return idx
+}
 
-	part := filepath.Join(tmp, "archive.tar")
-	f, err := os.Create(part)
+// writeLayoutTar writes the layout: oci-layout, index.json, then the blobs
+// under blobs/sha256/, every entry root-owned and dated date.
+func writeLayoutTar(path string, date time.Time, index []byte, blobs []blob) error {
+	f, err := os.Create(path)
 	if err != nil {
-		return "", err
+		return err
 	}
 	tw := tar.NewWriter(f)
+	header := func(name string, mode, size int64, typ byte) error {
+		return tw.WriteHeader(&tar.Header{Name: name, Mode: mode, Size: size, ModTime: date, Typeflag: typ, Format: tar.FormatPAX})
+	}
 	werr := func() error {
-		meta := func(name string, data []byte) error {
-			if err := tw.WriteHeader(&tar.Header{Name: name, Mode: 0o644, Size: int64(len(data)), ModTime: spec.created, Typeflag: tar.TypeReg, Format: tar.FormatPAX}); err != nil {
-				return err
-			}
-			_, err := tw.Write(data)
+		if err := header("oci-layout", 0o644, int64(len(ociLayout)), tar.TypeReg); err != nil {
 			return err
 		}
-		if err := meta("oci-layout", []byte(`{"imageLayoutVersion":"1.0.0"}`)); err != nil {
+		if _, err := tw.Write([]byte(ociLayout)); err != nil {
 			return err
 		}
-		if err := meta("index.json", idxData); err != nil {
+		if err := header("index.json", 0o644, int64(len(index)), tar.TypeReg); err != nil {
+			return err
+		}
+		if _, err := tw.Write(index); err != nil {
 			return err
 		}
 		for _, d := range []string{"blobs/", "blobs/sha256/"} {
-			if err := tw.WriteHeader(&tar.Header{Name: d, Mode: 0o755, ModTime: spec.created, Typeflag: tar.TypeDir, Format: tar.FormatPAX}); err != nil {
+			if err := header(d, 0o755, 0, tar.TypeDir); err != nil {
 				return err
 			}
 		}
 		for _, b := range blobs {
-			name := "blobs/sha256/" + strings.TrimPrefix(b.digest, "sha256:")
-			if b.file == "" {
-				if err := meta(name, b.data); err != nil {
-					return err
-				}
-				continue
-			}
-			if err := tw.WriteHeader(&tar.Header{Name: name, Mode: 0o644, Size: b.size, ModTime: spec.created, Typeflag: tar.TypeReg, Format: tar.FormatPAX}); err != nil {
+			if err := header("blobs/sha256/"+strings.TrimPrefix(b.digest, "sha256:"), 0o644, b.size, tar.TypeReg); err != nil {
 				return err
 			}
-			if err := copyFile(tw, b.file); err != nil {
+			if b.file == "" {
+				_, err = tw.Write(b.data)
+			} else {
+				err = copyFile(tw, b.file)
+			}
+			if err != nil {
 				return err
 			}
 		}
@@ -243,13 +272,7 @@ func writeArchive(out string, spec imageSpec) (string, error) {
 	if cerr := f.Close(); werr == nil {
 		werr = cerr
 	}
-	if werr != nil {
-		return "", werr
-	}
-	if err := os.Rename(part, out); err != nil {
-		return "", err
-	}
-	return manDesc.Digest, nil
+	return werr
 }
 
 func jsonBlob(mediaType string, v any) (descriptor, blob, error) {
