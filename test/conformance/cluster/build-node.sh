@@ -19,7 +19,21 @@
 #   vmlinux       a link to the kernel up.sh boots
 #   manifest.txt  package versions
 #
+#   preload-<key>.img
+#                 with --preload IMAGES_DIR: disk.img with every image of
+#                 IMAGES_DIR/index.tsv (test/conformance/build.sh's images)
+#                 imported into containerd's k8s.io namespace by one boot of
+#                 the node (guest/node-init, MODE=preload), keyed by index.tsv
+#                 and the archives' contents; with ARCHIVE=REFERENCE
+#                 arguments (our kube-proxy image), a second one made from
+#                 the first by importing those, keyed by their contents. A
+#                 node booting it imports nothing. The 4 newest are kept.
+#
 # Each node boots a sparse copy of disk.img (up.sh), so the image stays clean.
+#
+# Usage: build-node.sh                       prints the entry folder
+#        build-node.sh --preload IMAGES_DIR [ARCHIVE=REFERENCE...]
+#                                            prints the preloaded disk's path
 # The disk's key covers the recipe number below, the package list, the mirror
 # and the kernel version; .debs are kept in conformance-node/debs for rebuilds.
 # Needs root, mmdebstrap, mkfs.ext4 (hack/install-deps.sh). Prints the folder.
@@ -75,10 +89,96 @@ boot_cpio() {
 	ln -sfn "boot-$boot_key.cpio.gz" "$out/boot.cpio.gz"
 }
 
+preload_dir='' extra=()
+if [[ ${1:-} == --preload ]]; then
+	preload_dir=${2:?usage: $0 --preload IMAGES_DIR [ARCHIVE=REFERENCE...]}
+	[[ -f $preload_dir/index.tsv ]] || die "no $preload_dir/index.tsv"
+	extra=("${@:3}")
+fi
+# preload_into BASE KEY IMAGES_DIR FILE=REFERENCE...: prints $out/preload-KEY.img,
+# made (once) by booting the node on a copy of BASE with MODE=preload, which
+# imports each FILE of IMAGES_DIR (see the header).
+preload_into() {
+	local base=$1 k=$2 dir=$3 img work share rc t=$SECONDS
+	shift 3
+	img="$out/preload-$k.img"
+	if [[ ! -f $img ]]; then
+		exec 8>"$cache/conformance-node/.lock-preload"
+		flock 8
+	fi
+	if [[ -f $img ]]; then
+		touch "$img"
+		echo "$img"
+		return 0
+	fi
+	log "preloading $* into a copy of $(basename "$base") (one boot of the node VM)"
+	work=$(mktemp -d "$out/preload.XXXXXX")
+	share=$work/share
+	mkdir -p "$share"
+	install -m 0755 "$here/guest/node-init" "$share/node-init"
+	printf 'MODE=preload\nNODE_NAME=preload\nSANDBOX_IMAGE=\nIMAGE_NAMES=%q\n' "$*" >"$share/node.env"
+	cp --sparse=always "$base" "$work/disk.img"
+	set +e
+	# shellcheck disable=SC2046 # accel.sh prints a word list
+	timeout -k 5 1800 qemu-system-x86_64 $("$repo/test/e2e/vm/accel.sh" "$kdir/vmlinux") -machine pc -smp 2 -m 2048 \
+		-nodefaults -no-user-config -nographic -no-reboot -display none -serial "file:$work/console.log" \
+		-drive "file=$work/disk.img,if=virtio,format=raw,cache=unsafe" \
+		-virtfs "local,path=$share,mount_tag=kpi,security_model=none,readonly=on" \
+		-virtfs "local,path=$dir,mount_tag=images,security_model=none,readonly=on" \
+		-kernel "$kdir/vmlinux" -initrd "$out/boot.cpio.gz" -append "console=ttyS0 quiet loglevel=3 panic=-1" \
+		</dev/null >/dev/null 2>"$work/qemu.err"
+	rc=$?
+	set -e
+	if ! grep -q 'preload done: rc=0' "$work/console.log"; then
+		grep kpi-node "$work/console.log" >&2 || tail -20 "$work/console.log" >&2
+		cat "$work/qemu.err" >&2
+		rm -rf "$work"
+		die "preloading the images failed (qemu exit $rc; console above)"
+	fi
+	mv "$work/disk.img" "$img"
+	rm -rf "$work"
+	log "preloaded $(basename "$img") in $((SECONDS - t)) s"
+	echo "$img"
+}
+# preload: the images of IMAGES_DIR/index.tsv (keyed by it and the archives'
+# contents), then, on top of that, the extra archives (keyed by the first
+# image and their contents): what changes with every commit (our kube-proxy
+# image) costs one import, not all of them.
+preload() {
+	local names=() ref file k img a sum dir
+	while IFS=$'\t' read -r ref file; do
+		[[ -n $ref && $ref != \#* ]] && names+=("$file=$ref")
+	done <"$preload_dir/index.tsv"
+	k=$({
+		cat "$preload_dir/index.tsv"
+		for ref in "${names[@]}"; do sha256sum "$preload_dir/${ref%%=*}"; done | cut -d' ' -f1
+	} | sha256sum | cut -c1-12)
+	img=$(preload_into "$out/disk.img" "$k" "$preload_dir" "${names[@]}")
+	if ((${#extra[@]})); then
+		dir=$(mktemp -d "$out/extra.XXXXXX")
+		names=() sum=$k
+		for a in "${extra[@]}"; do
+			file=$(basename "${a%%=*}")
+			ln "${a%%=*}" "$dir/$file" 2>/dev/null || cp "${a%%=*}" "$dir/$file"
+			names+=("$file=${a#*=}")
+			sum+=" ${a#*=} $(sha256sum "$dir/$file" | cut -d' ' -f1)"
+		done
+		k=$(sha256sum <<<"$sum" | cut -c1-12)
+		img=$(preload_into "$img" "$k" "$dir" "${names[@]}")
+		rm -rf "$dir"
+	fi
+	# Keep the last few (each is ~1 GB on disk).
+	find "$out" -maxdepth 1 -name 'preload-*.img' -printf '%T@ %p\n' | sort -rn | tail -n +5 | cut -d' ' -f2- | xargs -r rm -f
+	echo "$img"
+}
+finish() { # prints what was asked for
+	boot_cpio
+	if [[ -n $preload_dir ]]; then preload; else echo "$out"; fi
+}
+
 ready() { [[ -f "$out/disk.img" && -f "$out/manifest.txt" ]]; }
 if ready; then
-	boot_cpio
-	echo "$out"
+	finish
 	exit 0
 fi
 [[ $(id -u) -eq 0 ]] || die "building the node image needs root (mmdebstrap --mode=root)"
@@ -87,8 +187,7 @@ mkdir -p "$cache/conformance-node/debs"
 exec 9>"$cache/conformance-node/.lock"
 flock 9
 if ready; then
-	boot_cpio
-	echo "$out"
+	finish
 	exit 0
 fi
 start=$SECONDS
@@ -144,6 +243,5 @@ mv "$work/disk.img" "$work/vmlinux" "$work/manifest.txt" "$out/"
 for old in "$cache/conformance-node/"*-*; do
 	if [[ -d $old && $old != "$out" && $(basename "$old") != debs ]]; then rm -rf "$old"; fi
 done
-boot_cpio
 log "node image ready in $((SECONDS - start)) s: disk $(du -h "$out/disk.img" | cut -f1) used of 8G"
-echo "$out"
+finish

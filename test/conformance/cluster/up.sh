@@ -66,6 +66,10 @@ if [[ $proxy == ours ]]; then
 	IFS=$'\t' read -r proxy_archive proxy_version < <("$here/proxy-image.sh")
 	proxy_ref=kpi.local/kube-proxy-ipvs:$proxy_version
 fi
+# The node's disk with every image (index.tsv's, ours) already in containerd.
+preload=("$images")
+[[ -z $proxy_ref ]] || preload+=("$proxy_archive=$proxy_ref")
+node_disk=$("$here/build-node.sh" --preload "${preload[@]}")
 
 # ---- teardown: by PID and by namespace name ----
 pids=()
@@ -223,7 +227,7 @@ EOF
 		printf 'KUBELET_ARGS=%q\n' "--config=/kpi/kubelet-config.yaml --kubeconfig=/kpi/kubelet.kubeconfig --node-ip=$ip --hostname-override=$n --v=2"
 	} >"$share/node.env"
 	# The node's own disk: a sparse copy (2 s), kept across a power cycle.
-	cp --sparse=always "$node_image/disk.img" "$run/$n.img"
+	cp --sparse=always "$node_disk" "$run/$n.img"
 	# shellcheck disable=SC2086 # accel is a word list
 	start "qemu-$n" qemu-system-x86_64 $accel -machine pc -smp "${KPI_CONF_VM_CPUS:-2}" -m "${KPI_CONF_VM_MEM:-2048}" \
 		-nodefaults -no-user-config -nographic -no-reboot -display none \
@@ -281,8 +285,27 @@ done
 	for n in "${names[@]}"; do echo "$n registered ${registered[$n]} ready ${ready[$n]}"; done
 } >"$run/timings"
 
+# wait_image REF: every node's status lists REF (node-init imports what the
+# preloaded disk lacks in the background, after the kubelet started).
+wait_image() {
+	local ref=$1 since=$SECONDS n missing
+	while true; do
+		missing=''
+		for n in "${names[@]}"; do
+			k get node "$n" -o jsonpath='{range .status.images[*]}{range .names[*]}{@}{"\n"}{end}{end}' 2>/dev/null |
+				grep -qxF "$ref" || missing+="$n "
+		done
+		[[ -n $missing ]] || break
+		((SECONDS - since < timeout)) || die "image $ref not on $missing after $timeout s"
+		alive
+		sleep 2
+	done
+	log "$ref on every node $((SECONDS - boot)) s after qemu started"
+}
+
 # ---- kube-proxy: deploy/standalone as written, two values substituted ----
 if [[ $proxy == ours ]]; then
+	wait_image "$proxy_ref"
 	server=https://$apiserver_name:6443
 	[[ $apiserver_name != ip ]] || server=https://$gw:6443
 	sed -e "s|^\(        image: \)kube-proxy-ipvs:dev\$|\1$proxy_ref|" \
@@ -306,6 +329,7 @@ if [[ $proxy == ours ]]; then
 fi
 # ---- cluster DNS: CoreDNS at 10.96.0.10 (a Service our kube-proxy serves) ----
 if [[ $dns == coredns ]]; then
+	wait_image "$coredns_ref"
 	sed "s|COREDNS_IMAGE|$coredns_ref|" "$here/coredns.yaml" >"$run/coredns.yaml"
 	k apply -f "$run/coredns.yaml" >/dev/null
 	applied=$SECONDS
