@@ -11,7 +11,16 @@
 #                    (DIR/bin/kube-proxy) in an image of our image's shape: the
 #                    runtime stage of the repository's Dockerfile, the same
 #                    path and ENTRYPOINT (the upstream-ipvs column)
+#   busybox.oci.tar  registry.k8s.io/e2e-test-images/busybox:1.37.0-2: Debian's
+#                    busybox-static (1.35), every applet linked to /bin/busybox
+#   regression-issue-74839.oci.tar  registry.k8s.io/e2e-test-images/
+#                    regression-issue-74839:1.5: that program of the module, static
 #   index.tsv        "REFERENCE<TAB>NAME.oci.tar", one line per reference
+#
+# The [sig-network] Services and Networking tests use pause, agnhost and the
+# cluster's DNS; busybox and regression-issue-74839 serve the Conntrack tests
+# (kube-proxy's UDP conntrack cleanup and its INVALID-drop rule) and busybox
+# is the framework's default test image.
 #
 # The references are the ones e2e.test and kubeadm v1.37.2 ask for
 # (test/utils/image/manifest.go, cmd/kubeadm/app/constants); the tag check at
@@ -36,6 +45,8 @@ pause_ref=registry.k8s.io/pause:3.10.2
 agnhost_ref=registry.k8s.io/e2e-test-images/agnhost:2.66.1
 coredns_ref=registry.k8s.io/coredns/coredns:v1.14.6
 kube_proxy_ref=registry.k8s.io/kube-proxy:v1.37.2
+busybox_ref=registry.k8s.io/e2e-test-images/busybox:1.37.0-2
+r74839_ref=registry.k8s.io/e2e-test-images/regression-issue-74839:1.5
 
 mkdir -p "$out"
 work=$(mktemp -d "$out/.work.XXXXXX")
@@ -53,6 +64,7 @@ gobuild "$root" "$work/ocibuild" ./test/conformance/images/ocibuild
 gobuild "$root" "$work/pause" ./test/conformance/images/pause
 gobuild "$root/test/conformance/tools" "$work/agnhost" k8s.io/kubernetes/test/images/agnhost
 gobuild "$here/coredns" "$work/coredns" .
+gobuild "$root/test/conformance/tools" "$work/regression-issue-74839" k8s.io/kubernetes/test/images/regression-issue-74839
 
 index=()
 image() { # NAME REFERENCE OCIBUILD_ARGS...
@@ -92,10 +104,27 @@ entrypoint=$(python3 -c 'import json,sys; print(json.dumps(sys.stdin.read().spli
 image kube-proxy "$kube_proxy_ref" -rootfs "$entry/image" \
 	-file "$dir/bin/kube-proxy=$(cat "$entry/binary-path")" -entrypoint "$entrypoint"
 
+# busybox: the binary of Debian's busybox-static (.debs kept in the cache).
+debs="$cache/conformance/debs"
+mkdir -p "$debs"
+(cd "$debs" && apt-get download busybox-static >/dev/null 2>&1) ||
+	compgen -G "$debs/busybox-static_*.deb" >/dev/null || die "apt-get download busybox-static failed (apt-get update?)"
+deb=$(ls -t "$debs"/busybox-static_*.deb | head -1)
+dpkg-deb -x "$deb" "$work/busybox"
+bb=$work/busybox/bin/busybox
+links=()
+for applet in $("$bb" --list-full); do
+	[[ /$applet == /bin/busybox ]] || links+=(-link "/$applet=/bin/busybox")
+done
+image busybox "$busybox_ref" -file "$bb=/bin/busybox" "${links[@]}" -dir /tmp -cmd '["sh"]'
+
+image regression-issue-74839 "$r74839_ref" -file "$work/regression-issue-74839=/regression-issue-74839" \
+	-entrypoint '["/regression-issue-74839"]' -port 9000/tcp
+
 # e2e.test names the images it uses; ours must be those exact references.
 if [[ -x "$dir/bin/e2e.test" ]]; then
 	listed=$("$dir/bin/e2e.test" --list-images 2>/dev/null)
-	for ref in "$pause_ref" "$agnhost_ref"; do
+	for ref in "$pause_ref" "$agnhost_ref" "$busybox_ref" "$r74839_ref"; do
 		grep -qxF "$ref" <<<"$listed" || die "$ref is not in e2e.test --list-images"
 	done
 fi

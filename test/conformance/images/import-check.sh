@@ -11,7 +11,8 @@
 #     ss, nslookup, wget, iperf, timeout), netexec answers over TCP and UDP,
 #     the uid/gid upstream's image defines exist;
 #   - pause runs and stops on SIGTERM; coredns prints its version;
-#   - kube-proxy (upstream's) reports v1.37.2 next to iptables and ipvsadm.
+#   - kube-proxy (upstream's) reports v1.37.2 next to iptables and ipvsadm;
+#   - busybox's sh, sleep and nc run; regression-issue-74839 stays up.
 #
 # Usage: test/conformance/images/import-check.sh [DIR]  (default: build.sh's DIR)
 # Needs root. Prints "import-check: N passed, M failed".
@@ -72,7 +73,8 @@ done
 	exit 1
 }
 # ctr in containerd's namespaces: the FIFOs it makes under /run must be the
-# ones the shim sees.
+# ones the shim sees. (ctr run can lose the output of a process that exits at
+# once: the scripts below end with sleep 1.)
 ctr=(nsenter -t "$pid" -m -n env PATH="$PATH" ctr --address "$work/run/containerd.sock" -n k8s.io)
 
 passed=0 failed=0
@@ -102,7 +104,8 @@ if [[ -n ${ref_of[agnhost]:-} ]]; then
 	out=$(timeout 60 "${ctr[@]}" run --rm "${ref_of[agnhost]}" agnhost-tools /bin/sh -c '
 		curl --version | head -1; nc -h 2>&1 | head -1; ss -V; nslookup -version 2>&1 | head -1
 		wget --version | head -1; iperf -v 2>&1; timeout --version | head -1
-		id user-defined-in-image; ls -d /uploads /localhost.crt /localhost.key; readlink /agnhost-2' 2>&1) || true
+		id user-defined-in-image; ls -d /uploads /localhost.crt /localhost.key; readlink /agnhost-2
+		sleep 1' 2>&1) || true
 	for want in '^curl ' 'OpenBSD netcat' 'iproute2' '^nslookup ' 'GNU Wget' 'iperf version 2' 'GNU coreutils' \
 		'uid=1000\(user-defined-in-image\).*50000\(group-defined-in-image\)' '^/uploads$' '^/localhost.key$' '^agnhost$'; do
 		check "agnhost has $want" "$want" "$out"
@@ -113,7 +116,8 @@ if [[ -n ${ref_of[agnhost]:-} ]]; then
 		echo "http: $(curl -g -q -s --max-time 5 http://127.0.0.1:8080/hostName)"
 		echo "udp: $(echo hostName | nc -w 1 -u 127.0.0.1 8081)"
 		echo hostName | nc -v -t -w 2 127.0.0.1 8080 2>&1 | head -1
-		ss -ant46 "sport = :8080" | tail -n +2 | grep LISTEN' 2>&1) || true
+		ss -ant46 "sport = :8080" | tail -n +2 | grep LISTEN
+		sleep 1' 2>&1) || true
 	check "agnhost netexec over HTTP" '^http: [a-z0-9.-]+$' "$out"
 	check "agnhost netexec over UDP" '^udp: [a-z0-9.-]+$' "$out"
 	check "agnhost nc -v -t" 'succeeded' "$out"
@@ -133,11 +137,27 @@ if [[ -n ${ref_of[coredns]:-} ]]; then
 fi
 if [[ -n ${ref_of[kube-proxy]:-} ]]; then
 	out=$(timeout 30 "${ctr[@]}" run --rm "${ref_of[kube-proxy]}" kube-proxy-check /bin/sh -c \
-		'/usr/local/bin/kube-proxy --version; iptables --version; command -v ipvsadm' 2>&1) || true
+		'/usr/local/bin/kube-proxy --version; iptables --version; command -v ipvsadm; sleep 1' 2>&1) || true
 	check "kube-proxy is upstream's v1.37.2" '^Kubernetes v1\.37\.2$' "$out"
 	check "kube-proxy image has iptables" '^iptables v' "$out"
 	# (not ipvsadm --version: it loads ip_vs into the host's kernel)
 	check "kube-proxy image has ipvsadm" '/ipvsadm$' "$out"
+fi
+if [[ -n ${ref_of[busybox]:-} ]]; then
+	out=$(timeout 30 "${ctr[@]}" run --rm "${ref_of[busybox]}" busybox-check sh -c \
+		'echo "sh: ok"; sleep 0 && echo "sleep: ok"; nc 2>&1 | head -1; sleep 1' 2>&1) || true
+	check "busybox sh" '^sh: ok$' "$out"
+	check "busybox sleep" '^sleep: ok$' "$out"
+	check "busybox nc" 'BusyBox v1' "$out"
+fi
+if [[ -n ${ref_of[regression-issue-74839]:-} ]]; then
+	out=$({ timeout 30 "${ctr[@]}" run -d --env POD_IP=127.0.0.1 "${ref_of[regression-issue-74839]}" r74839-check &&
+		sleep 2 && "${ctr[@]}" task ls; } 2>&1) || true
+	check "regression-issue-74839 keeps running (raw socket and :9000 open)" 'r74839-check +[0-9]+ +RUNNING' "$out"
+	"${ctr[@]}" task kill -s SIGKILL r74839-check >/dev/null 2>&1 || true
+	sleep 1
+	"${ctr[@]}" task delete r74839-check >/dev/null 2>&1 || true
+	"${ctr[@]}" container delete r74839-check >/dev/null 2>&1 || true
 fi
 
 echo "import-check: $passed passed, $failed failed"

@@ -64,10 +64,11 @@ func TestBuiltImages(t *testing.T) {
 						t.Errorf("%s: index.tsv lists %s, the archive names %v", name, r, img.refs)
 					}
 				}
-				if len(img.config.Config.Entrypoint) == 0 {
-					t.Errorf("%s: no entrypoint", name)
-				} else if _, ok := img.files[img.config.Config.Entrypoint[0]]; !ok {
-					t.Errorf("%s: entrypoint %s is not in the image", name, img.config.Config.Entrypoint[0])
+				run := append(img.config.Config.Entrypoint, img.config.Config.Cmd...)
+				if len(run) == 0 {
+					t.Errorf("%s: neither entrypoint nor cmd", name)
+				} else if !inImage(img, run[0]) {
+					t.Errorf("%s: %s (what the image runs) is not in the image", name, run[0])
 				}
 				t.Logf("%s: %v, %d layers, %d files", name, img.refs, len(img.config.RootFS.DiffIDs), len(img.files))
 			}
@@ -108,4 +109,38 @@ func buildDir() (string, error) {
 		cache = "/var/cache/kube-proxy-ipvs"
 	}
 	return filepath.Join(cache, "conformance", "k8s-"+version+"-"+hex.EncodeToString(h[:])[:12]), nil
+}
+
+// inImage tells whether the image has the program prog: an absolute path, or
+// a name looked up in the config's PATH, following symbolic links.
+func inImage(img checkedImage, prog string) bool {
+	var candidates []string
+	if strings.HasPrefix(prog, "/") {
+		candidates = []string{prog}
+	} else {
+		for _, e := range img.config.Config.Env {
+			if p, ok := strings.CutPrefix(e, "PATH="); ok {
+				for _, d := range strings.Split(p, ":") {
+					candidates = append(candidates, d+"/"+prog)
+				}
+			}
+		}
+	}
+	for _, c := range candidates {
+		for hops := 0; hops < 10; hops++ {
+			f, ok := img.files[c]
+			if !ok {
+				break
+			}
+			target, isLink := strings.CutPrefix(f, "symlink ")
+			if !isLink {
+				return strings.HasPrefix(f, "file ") || strings.HasPrefix(f, "hardlink ")
+			}
+			if !strings.HasPrefix(target, "/") {
+				target = filepath.Join(filepath.Dir(c), target)
+			}
+			c = target
+		}
+	}
+	return false
 }
