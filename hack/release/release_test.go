@@ -15,6 +15,7 @@ import (
 	"reflect"
 	"sort"
 	"strings"
+	"syscall"
 	"testing"
 )
 
@@ -367,9 +368,16 @@ func checkVersionInImage(t *testing.T, layer []byte, binaryPath, version string)
 		// The image's iptables is a wrapper that reads the node's rules on its
 		// first call: in a network namespace of its own (nothing of this
 		// machine's is read), an empty node, it picks nft as upstream's does
-		// and points the unpacked image's alternatives there.
+		// and points the unpacked image's alternatives there. (It needs the
+		// /dev/null every container has.)
+		if err := os.MkdirAll(filepath.Join(root, "dev"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := syscall.Mknod(filepath.Join(root, "dev/null"), syscall.S_IFCHR|0o666, 1<<8|3); err != nil && !os.IsExist(err) {
+			t.Fatalf("mknod dev/null in the unpacked image: %v", err)
+		}
 		out, err := exec.Command("unshare", "--net", "chroot", root, "iptables", "--version").CombinedOutput()
-		if err != nil || !strings.Contains(string(out), "(nf_tables)") {
+		if v := strings.TrimSpace(string(out)); err != nil || strings.Contains(v, "\n") || !strings.HasPrefix(v, "iptables v") || !strings.HasSuffix(v, " (nf_tables)") {
 			t.Errorf("iptables --version in the image, in an empty network namespace: %v\n%s", err, out)
 		}
 		if alt, err := os.Readlink(filepath.Join(root, "etc/alternatives/iptables")); err != nil || alt != "/usr/sbin/iptables-nft" {
