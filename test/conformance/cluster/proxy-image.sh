@@ -38,7 +38,13 @@ git -C "$repo" worktree add --detach "$wt" "$commit" >/dev/null 2>&1
 trap 'git -C "$repo" worktree remove --force "$wt" >/dev/null 2>&1 || rm -rf "$wt"' EXIT
 log "building the amd64 image of $commit (hack/release.sh in a clean worktree)"
 start=$SECONDS
-(cd "$wt" && KPI_RELEASE_ARCHES=amd64 KPI_RELEASE_DIR="$out.tmp" nice -n 10 hack/release.sh >&2)
+if ! (cd "$wt" && KPI_RELEASE_ARCHES=amd64 KPI_RELEASE_DIR="$out.tmp" nice -n 10 hack/release.sh) >"$wt.log" 2>&1; then
+	tail -30 "$wt.log" >&2
+	rm -f "$wt.log"
+	log "FAIL: hack/release.sh failed (log above)"
+	exit 1
+fi
+rm -f "$wt.log"
 rm -rf "$out"
 mv "$out.tmp" "$out"
 # Older commits' images are dead weight.

@@ -26,6 +26,7 @@
 #   KPI_CONF_IMAGES_DIR   folder with index.tsv and the OCI archives (default BUILD_DIR/images)
 #   KPI_CONF_TIMEOUT      seconds to wait for nodes Ready and kube-proxy (default 900)
 #   KPI_CONF_KEEP=1       keep the run folder (logs, consoles) after teardown
+#   KPI_CONF_LOGS_DIR     copy the logs, consoles and timings there at teardown
 #   KPI_CONF_RUN_DIR      the run folder (default /tmp/kpi-conf-<pid>)
 set -euo pipefail
 
@@ -87,6 +88,12 @@ cleanup() {
 	for p in "${pids[@]}"; do kill -KILL "$p" 2>/dev/null || true; done
 	ip netns del "$ns" 2>/dev/null || true
 	rm -rf "/dev/shm/$ns"
+	if [[ -n ${KPI_CONF_LOGS_DIR:-} ]]; then
+		mkdir -p "$KPI_CONF_LOGS_DIR"
+		cp -r "$run/logs/." "$KPI_CONF_LOGS_DIR/" 2>/dev/null || true
+		find "$KPI_CONF_LOGS_DIR" -name '*.sock' -delete
+		cp "$run/timings" "$KPI_CONF_LOGS_DIR/" 2>/dev/null || true
+	fi
 	if [[ ${KPI_CONF_KEEP:-0} == 1 ]]; then log "kept $run"; else rm -rf "$run"; fi
 	exit "$rc"
 }
@@ -230,7 +237,7 @@ EOF
 	cp --sparse=always "$node_disk" "$run/$n.img"
 	# shellcheck disable=SC2086 # accel is a word list
 	start "qemu-$n" qemu-system-x86_64 $accel -machine pc -smp "${KPI_CONF_VM_CPUS:-2}" -m "${KPI_CONF_VM_MEM:-2048}" \
-		-nodefaults -no-user-config -nographic -no-reboot -display none \
+		-nodefaults -no-user-config -nographic -display none \
 		-serial "file:$run/logs/console-$n.log" \
 		-serial "unix:$run/logs/shell-$n.sock,server=on,wait=off" \
 		-netdev "tap,id=n0,ifname=tap$i,script=no,downscript=no" \
