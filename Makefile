@@ -5,7 +5,7 @@ GO ?= go
 BIN := bin
 export CGO_ENABLED ?= 0
 
-.PHONY: all build test unit integration vmtest e2e soak outage demo bench lint image deps clean release release-test
+.PHONY: all build test unit integration vmtest e2e soak outage demo bench lint image deps clean release release-test conformance
 
 all: build
 
@@ -57,6 +57,13 @@ outage: build
 
 demo: build
 	test/e2e/demo.sh
+
+# Upstream's [sig-network] e2e suite (e2e.test and ginkgo v1.37.2) against a fresh
+# two-node cluster of VMs per column (test/conformance/run.sh; not part of `make
+# test`). FOCUS (a ginkgo regex) and PROXIES (columns) narrow it; the table is
+# _output/conformance/results.md.
+conformance:
+	FOCUS='$(FOCUS)' PROXIES='$(PROXIES)' test/conformance/run.sh
 
 bench:
 	hack/bench.sh

@@ -8,6 +8,9 @@
 # every client reaches the pod on the other node through our kube-proxy.
 # Exit 0 when all holds; prints what each client saw.
 set -euo pipefail
+# The whole script is one compound command: bash reads it all before running
+# it, so editing the file while it runs cannot change what runs.
+{
 : "${KUBECONFIG:?run me through up.sh (or source RUN/env)}"
 k() { "$KPI_CONF_KUBECTL" "$@"; }
 log() { echo "[smoke] $*" >&2; }
@@ -90,3 +93,5 @@ done
 k delete namespace "$ns" --wait=false >/dev/null
 log "done in $((SECONDS - start)) s"
 exit "$fail"
+exit
+}

@@ -17,7 +17,12 @@
 #   KPI_CONF_NODES        node VMs (default 2)
 #   KPI_CONF_VM_MEM       MiB per node VM (default 2048)
 #   KPI_CONF_VM_CPUS      vCPUs per node VM (default 2)
-#   KPI_CONF_PROXY        ours (default: deploy/standalone with our image) or none
+#   KPI_CONF_PROXY        which kube-proxy, installed as a user installs it:
+#                         standalone     deploy/standalone with our image (default)
+#                         ours-iptables  kubeadm's addon objects + deploy/kubeadm-extras, our image
+#                         ours-nftables  the same with rulesBackend: nftables
+#                         upstream-ipvs  kubeadm's addon as rendered, upstream kube-proxy v1.37.2
+#                         none
 #   KPI_CONF_DNS          coredns (default: coredns.yaml, the kube-dns Service 10.96.0.10) or none
 #   KPI_CONF_APISERVER_NAME  the name kube-proxy's apiServer uses (default
 #                         kpi-apiserver, in every node's /etc/hosts); "ip" puts the address
@@ -29,6 +34,9 @@
 #   KPI_CONF_LOGS_DIR     copy the logs, consoles and timings there at teardown
 #   KPI_CONF_RUN_DIR      the run folder (default /tmp/kpi-conf-<pid>)
 set -euo pipefail
+# The whole script is one compound command: bash reads it all before running
+# it, so editing the file while it runs cannot change what runs.
+{
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 repo=$(cd "$here/../../.." && pwd)
@@ -39,7 +47,7 @@ die() { log "FAIL: $*"; exit 1; }
 
 nodes=${KPI_CONF_NODES:-2}
 timeout=${KPI_CONF_TIMEOUT:-900}
-proxy=${KPI_CONF_PROXY:-ours}
+proxy=${KPI_CONF_PROXY:-standalone}
 ns=kpi-conf-$$
 run=${KPI_CONF_RUN_DIR:-/tmp/kpi-conf-$$}
 gw=10.10.0.1
@@ -62,8 +70,16 @@ pause_ref=$(awk -F'\t' '$1 ~ /\/pause:/ {print $1; exit}' "$images/index.tsv")
 dns=${KPI_CONF_DNS:-coredns}
 coredns_ref=$(awk -F'\t' '$1 ~ /\/coredns:/ {print $1; exit}' "$images/index.tsv")
 [[ $dns != coredns || -n $coredns_ref ]] || die "$images/index.tsv names no coredns image (KPI_CONF_DNS=none goes without)"
-proxy_ref=''
-if [[ $proxy == ours ]]; then
+proxy_ref='' upstream_proxy_ref=''
+case $proxy in
+standalone | ours-iptables | ours-nftables | none) ;;
+upstream-ipvs)
+	upstream_proxy_ref=$(awk -F'\t' '$1 ~ /\/kube-proxy:/ {print $1; exit}' "$images/index.tsv")
+	[[ -n $upstream_proxy_ref ]] || die "$images/index.tsv names no upstream kube-proxy image"
+	;;
+*) die "KPI_CONF_PROXY=$proxy: want standalone, ours-iptables, ours-nftables, upstream-ipvs or none" ;;
+esac
+if [[ $proxy == standalone || $proxy == ours-* ]]; then
 	IFS=$'\t' read -r proxy_archive proxy_version < <("$here/proxy-image.sh")
 	proxy_ref=kpi.local/kube-proxy-ipvs:$proxy_version
 fi
@@ -310,30 +326,78 @@ wait_image() {
 	log "$ref on every node $((SECONDS - boot)) s after qemu started"
 }
 
-# ---- kube-proxy: deploy/standalone as written, two values substituted ----
-if [[ $proxy == ours ]]; then
-	wait_image "$proxy_ref"
-	server=https://$apiserver_name:6443
-	[[ $apiserver_name != ip ]] || server=https://$gw:6443
-	sed -e "s|^\(        image: \)kube-proxy-ipvs:dev\$|\1$proxy_ref|" \
-		-e "s|^\(  apiServer: \)\"https://CHANGE-ME:6443\"\$|\1\"$server\"|" \
-		"$repo/deploy/standalone/kube-proxy-ipvs.yaml" >"$run/kube-proxy-ipvs.yaml"
-	changed=$(diff "$repo/deploy/standalone/kube-proxy-ipvs.yaml" "$run/kube-proxy-ipvs.yaml" | grep -c '^>' || true)
-	[[ $changed == 2 ]] || die "substituting the image and apiServer in deploy/standalone changed $changed lines, want 2"
-	k apply -f "$run/kube-proxy-ipvs.yaml" >/dev/null
-	applied=$SECONDS
-	log "applied deploy/standalone (image $proxy_ref, apiServer $server)"
+# ---- kube-proxy, as a user installs it ----
+server=https://$apiserver_name:6443
+[[ $apiserver_name != ip ]] || server=https://$gw:6443
+# edited SRC DST WANT SED-ARGS...: DST is SRC edited; exactly WANT lines differ.
+edited() {
+	local src=$1 dst=$2 want=$3 changed
+	shift 3
+	sed "$@" "$src" >"$dst"
+	changed=$(diff "$src" "$dst" | grep -c '^>' || true)
+	[[ $changed == "$want" ]] || die "editing $src changed $changed lines, want $want"
+}
+# ds_ready NAME: the DaemonSet's pods ready on every node.
+ds_ready() {
+	local since=$SECONDS st want have
 	while true; do
-		((SECONDS - applied < timeout)) || die "kube-proxy-ipvs not ready: $(k -n kube-system get pods -o wide 2>&1 | tr '\n' ' ')"
+		((SECONDS - since < timeout)) || die "DaemonSet $1 not ready: $(k -n kube-system get pods -o wide 2>&1 | tr '\n' ' ')"
 		alive
-		st=$(k -n kube-system get ds kube-proxy-ipvs -o jsonpath='{.status.desiredNumberScheduled} {.status.numberReady}' 2>/dev/null || true)
+		st=$(k -n kube-system get ds "$1" -o jsonpath='{.status.desiredNumberScheduled} {.status.numberReady}' 2>/dev/null || true)
 		read -r want have <<<"$st"
 		[[ -n ${want:-} && $want == "$nodes" && ${have:-} == "$nodes" ]] && break
 		sleep 2
 	done
-	log "kube-proxy-ipvs ready on $nodes nodes $((SECONDS - applied)) s after apply"
-	echo "kube-proxy-ipvs ready $((SECONDS - applied)) s after apply" >>"$run/timings"
-fi
+	log "DaemonSet $1 ready on $nodes nodes $((SECONDS - since)) s after apply"
+	echo "$1 ready $((SECONDS - since)) s after apply" >>"$run/timings"
+}
+case $proxy in
+standalone)
+	# deploy/standalone as written, two values substituted (the README's steps).
+	wait_image "$proxy_ref"
+	edited "$repo/deploy/standalone/kube-proxy-ipvs.yaml" "$run/kube-proxy-ipvs.yaml" 2 \
+		-e "s|^\(        image: \)kube-proxy-ipvs:dev\$|\1$proxy_ref|" \
+		-e "s|^\(  apiServer: \)\"https://CHANGE-ME:6443\"\$|\1\"$server\"|"
+	k apply -f "$run/kube-proxy-ipvs.yaml" >/dev/null
+	log "applied deploy/standalone (image $proxy_ref, apiServer $server)"
+	ds_ready kube-proxy-ipvs
+	;;
+upstream-ipvs | ours-iptables | ours-nftables)
+	# kubeadm v1.37.2's kube-proxy addon as kubeadm renders it (deploy/testdata:
+	# mode ipvs, clusterCIDR 10.244.0.0/16), the server substituted; its
+	# DaemonSet with upstream's image, or deploy/kubeadm-extras (kubeadm's
+	# DaemonSet, our image and our settings) with the image set and, for
+	# nftables, rulesBackend edited as its comment says.
+	edited "$repo/deploy/testdata/kubeadm-v1.37.2-addon-kube-proxy.yaml" "$run/kubeadm-addon.yaml" 1 \
+		-e "s|^\(        server: \)https://10.0.2.100:6443\$|\1$server|"
+	python3 - "$run/kubeadm-addon.yaml" >"$run/kubeadm-addon-objects.yaml" <<'PY'
+import sys
+docs = open(sys.argv[1]).read().split("\n---\n")
+print("\n---\n".join(d for d in docs if "\nkind: DaemonSet" not in "\n" + d))
+PY
+	k apply -f "$run/kubeadm-addon-objects.yaml" >/dev/null
+	if [[ $proxy == upstream-ipvs ]]; then
+		wait_image "$upstream_proxy_ref"
+		k apply -f "$run/kubeadm-addon.yaml" >/dev/null
+		log "applied kubeadm's kube-proxy addon (upstream $upstream_proxy_ref, mode ipvs, server $server)"
+	else
+		wait_image "$proxy_ref"
+		mkdir -p "$run/deploy"
+		cp -r "$repo/deploy/kubeadm" "$repo/deploy/kubeadm-extras" "$run/deploy/"
+		edited "$repo/deploy/kubeadm/kustomization.yaml" "$run/deploy/kubeadm/kustomization.yaml" 2 \
+			-e "s|^\(  newName: \)kube-proxy-ipvs\$|\1${proxy_ref%:*}|" -e "s|^\(  newTag: \)dev\$|\1${proxy_ref##*:}|"
+		backend=${proxy#ours-}
+		if [[ $backend != iptables ]]; then
+			edited "$repo/deploy/kubeadm-extras/ipvs-config.yaml" "$run/deploy/kubeadm-extras/ipvs-config.yaml" 1 \
+				-e "s|^\(    rulesBackend: \)iptables\$|\1$backend|"
+		fi
+		k apply --server-side --force-conflicts -k "$run/deploy/kubeadm-extras" >/dev/null
+		log "applied kubeadm's addon objects and deploy/kubeadm-extras (image $proxy_ref, rulesBackend $backend, server $server)"
+	fi
+	ds_ready kube-proxy
+	;;
+none) ;;
+esac
 # ---- cluster DNS: CoreDNS at 10.96.0.10 (a Service our kube-proxy serves) ----
 if [[ $dns == coredns ]]; then
 	wait_image "$coredns_ref"
@@ -365,3 +429,5 @@ while true; do
 	alive
 	sleep 5
 done
+exit
+}
