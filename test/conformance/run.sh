@@ -22,8 +22,10 @@
 # the run before any cluster starts.
 #
 # Writes OUT/COLUMN/{e2e.log,junit_01.xml,results.tsv,cluster/} (cluster/: every
-# component's log, the nodes' consoles, timings) and OUT/results.md. Exit 0 when
-# no test failed in any column.
+# component's log, the nodes' consoles, the kube-system pods' logs, timings)
+# and OUT/results.md (the command, commit, date and one row per spec); with
+# neither FOCUS nor PROXIES set, docs/CONFORMANCE.md too. Exit 0 when no test
+# failed in any column.
 set -euo pipefail
 # The whole script is one compound command: bash reads it all before running
 # it, so editing the file while it runs cannot change what runs.
@@ -67,7 +69,9 @@ kept=$(dry "$skip")
 log "focus: $focus; $all [Conformance] specs in it, none skipped; ${#skips[@]} skip patterns"
 
 mkdir -p "$out"
-failed=0
+failed=0 t0=$SECONDS
+declare -A took=()
+cmd="make conformance${FOCUS:+ FOCUS='$FOCUS'}${PROXIES:+ PROXIES=$PROXIES}"
 for col in "${columns[@]}"; do
 	case $col in
 	ours-iptables | ours-nftables | upstream-ipvs) proxy=$col ;;
@@ -86,7 +90,8 @@ for col in "${columns[@]}"; do
 		>"$d/e2e.log" 2>&1
 	rc=$?
 	set -e
-	log "$col: exit $rc after $((SECONDS - start)) s"
+	took[$col]=$((SECONDS - start))
+	log "$col: exit $rc after ${took[$col]} s"
 	[[ -f $d/junit_01.xml ]] || { log "$col: no junit report (tail of $d/e2e.log below)"; tail -30 "$d/e2e.log" >&2; failed=1; continue; }
 	python3 - "$d/junit_01.xml" >"$d/results.tsv" <<'EOF'
 import sys, xml.etree.ElementTree as ET
@@ -104,7 +109,17 @@ EOF
 	if grep -qP '\tfail\t' "$d/results.tsv"; then failed=1; fi
 done
 
-python3 - "$out" "$focus" "${columns[@]}" >"$out/results.md" <<'EOF'
+{
+	echo "Upstream's e2e suite (e2e.test v1.37.2, ginkgo $("$bin/ginkgo" version 2>/dev/null | awk '{print $NF}'), $procs processes) on the conformance cluster"
+	echo "(test/conformance/cluster/README.md), a fresh cluster per column."
+	echo
+	echo "- command: \`$cmd\`"
+	echo "- commit: $(git -C "$repo" rev-parse --short HEAD)$(git -C "$repo" diff --quiet HEAD -- test/conformance 2>/dev/null || echo ' (test/conformance/ with uncommitted changes)'); our image built from a clean worktree of it (test/conformance/cluster/proxy-image.sh)"
+	echo "- date: $(date -u +%FT%TZ), took $((SECONDS - t0)) s"
+	echo "- focus: \`$focus\`; skipped: test/conformance/skip.txt (${#skips[@]} patterns, each with its reason)"
+	echo "- per column: $(for c in "${columns[@]}"; do printf '%s %s s; ' "$c" "${took[$c]:-?}"; done)"
+	echo
+	python3 - "$out" "$focus" "${columns[@]}" <<'EOF'
 import os, re, sys
 out, focus, cols = sys.argv[1], sys.argv[2], sys.argv[3:]
 rx = re.compile(focus)
@@ -129,6 +144,18 @@ for name in sorted(rows):
     print("| %s | %s |" % (name.replace("|", "\\|"), " | ".join(cells)))
 print("| **total** | " + " | ".join("%d pass, %d fail, %d skip" % (tot[c]["pass"], tot[c]["fail"], tot[c]["skip"]) for c in cols) + " |")
 EOF
+} >"$out/results.md"
+# The whole suite in every column is the project's record.
+if [[ -z ${FOCUS:-} && -z ${PROXIES:-} ]]; then
+	{
+		echo "# Conformance: upstream's [sig-network] e2e suite"
+		echo
+		echo "Written by \`make conformance\` (test/conformance/run.sh); do not edit."
+		echo
+		cat "$out/results.md"
+	} >"$repo/docs/CONFORMANCE.md"
+	log "wrote docs/CONFORMANCE.md"
+fi
 log "table: $out/results.md"
 tail -1 "$out/results.md" >&2
 exit "$failed"

@@ -94,6 +94,16 @@ cleanup() {
 	local rc=$? p
 	trap - EXIT INT TERM
 	log "tearing down (exit $rc)"
+	if [[ -n ${KPI_CONF_LOGS_DIR:-} && -f $run/pki/admin.kubeconfig ]]; then
+		# What ran in kube-system (kube-proxy, CoreDNS), while the cluster still answers.
+		mkdir -p "$run/logs/pods"
+		k get pods -A -o wide >"$run/logs/pods/pods.txt" 2>&1 || true
+		local pod
+		for pod in $(k -n kube-system get pods -o name 2>/dev/null); do
+			timeout 30 ip netns exec "$ns" "$kubectl" --kubeconfig "$run/pki/admin.kubeconfig" -n kube-system \
+				logs --all-containers --prefix "$pod" >"$run/logs/pods/${pod#pod/}.log" 2>&1 || true
+		done
+	fi
 	for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
 	for _ in $(seq 50); do
 		local alive=0
