@@ -68,6 +68,9 @@ kept=$(dry "$skip")
 [[ -n $all && $all == "$kept" ]] || die "skip.txt skips [Conformance] tests of the focus ($kept of $all would run)"
 log "focus: $focus; $all [Conformance] specs in it, none skipped; ${#skips[@]} skip patterns"
 
+# One image of ours for every column: HEAD's when the run starts.
+IFS=$'\t' read -r proxy_archive proxy_version < <("$here/cluster/proxy-image.sh")
+commit=$(git -C "$repo" rev-parse --short HEAD)
 mkdir -p "$out"
 failed=0 t0=$SECONDS
 declare -A took=()
@@ -83,7 +86,7 @@ for col in "${columns[@]}"; do
 	log "$col: a fresh cluster, then e2e.test ($procs processes); log in $d/e2e.log"
 	start=$SECONDS
 	set +e
-	KPI_CONF_PROXY=$proxy KPI_CONF_BUILD_DIR=$build KPI_CONF_LOGS_DIR=$d/cluster \
+	KPI_CONF_PROXY=$proxy KPI_CONF_BUILD_DIR=$build KPI_CONF_PROXY_ARCHIVE=$proxy_archive KPI_CONF_LOGS_DIR=$d/cluster \
 		"$here/cluster/up.sh" "$bin/ginkgo" --procs="$procs" --no-color --timeout=4h \
 		--focus="$focus" ${skip:+--skip="$skip"} "$bin/e2e.test" -- \
 		--provider=skeleton --kubectl-path="$bin/kubectl" --report-dir="$d" --disable-log-dump \
@@ -114,7 +117,7 @@ done
 	echo "(test/conformance/cluster/README.md), a fresh cluster per column."
 	echo
 	echo "- command: \`$cmd\`"
-	echo "- commit: $(git -C "$repo" rev-parse --short HEAD)$(git -C "$repo" diff --quiet HEAD -- test/conformance 2>/dev/null || echo ' (test/conformance/ with uncommitted changes)'); our image built from a clean worktree of it (test/conformance/cluster/proxy-image.sh)"
+	echo "- commit: $commit when the run started$(git -C "$repo" diff --quiet HEAD -- test/conformance 2>/dev/null || echo ' (test/conformance/ with uncommitted changes)'); our image kube-proxy-ipvs $proxy_version, built from a clean worktree of it (test/conformance/cluster/proxy-image.sh)"
 	echo "- date: $(date -u +%FT%TZ), took $((SECONDS - t0)) s"
 	echo "- focus: \`$focus\`; skipped: test/conformance/skip.txt (${#skips[@]} patterns, each with its reason)"
 	echo "- per column: $(for c in "${columns[@]}"; do printf '%s %s s; ' "$c" "${took[$c]:-?}"; done)"
