@@ -47,8 +47,9 @@ fi
 rm -f "$wt.log"
 rm -rf "$out"
 mv "$out.tmp" "$out"
-# Older commits' images are dead weight.
-find "$cache/conformance-proxy" -mindepth 1 -maxdepth 1 -type d ! -name "$commit" -mmin +600 -exec rm -rf {} +
+# Older commits' images are dead weight: the 5 newest stay.
+find "$cache/conformance-proxy" -mindepth 1 -maxdepth 1 -type d -printf '%T@ %p\n' | sort -rn | tail -n +6 |
+	cut -d' ' -f2- | xargs -r rm -rf
 archive=$(ls "$out"/kube-proxy-ipvs-*.oci.tar | head -1)
 log "$archive in $((SECONDS - start)) s"
 printf '%s\t%s\n' "$archive" "$(ref_name "$archive")"
