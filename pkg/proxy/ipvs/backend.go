@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sort"
 
+	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/proxy/ipvs/rules"
 	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/ipset"
 	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/iptables"
 	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/nftables"
@@ -43,14 +44,14 @@ type rulesBackend interface {
 	// rulesText is what the rules are with outRules in KUBE-IPVS-OUT-FILTER; the plan
 	// writes them when it differs from what was last written (applied.iptables), and
 	// on every full sync.
-	rulesText(outRules []string) []byte
+	rulesText(outRules []rules.OutFilter) []byte
 	// applySets writes the plan's member changes. A member the kernel refuses is
 	// recorded in out (held back with its Services) and the others are written; the
 	// error is for failures no member explains.
 	applySets(ctx context.Context, pl *syncPlan, stats *SyncStats, out *outcome) error
 	// writeRules writes the rules (text is rulesText(outRules)); refused out-filter
 	// rules are isolated and recorded in out.
-	writeRules(ctx context.Context, text []byte, outRules []string, stats *SyncStats, out *outcome) error
+	writeRules(ctx context.Context, text []byte, outRules []rules.OutFilter, stats *SyncStats, out *outcome) error
 	// ensureJumps makes sure packets reach the rules (full syncs).
 	ensureJumps(ctx context.Context, stats *SyncStats) error
 	// quiet holds back the kernel's refusals from addrs while schedulers change
@@ -101,13 +102,15 @@ func (b iptablesBackend) grow(ctx context.Context, stats *SyncStats) error {
 	return b.p.growSets(ctx, stats)
 }
 
-func (b iptablesBackend) rulesText(outRules []string) []byte { return b.p.iptablesRules(outRules) }
+func (b iptablesBackend) rulesText(outRules []rules.OutFilter) []byte {
+	return b.p.iptablesRules(outRules)
+}
 
 func (b iptablesBackend) applySets(ctx context.Context, pl *syncPlan, stats *SyncStats, out *outcome) error {
 	return b.p.executeSets(ctx, pl.sets, stats, out)
 }
 
-func (b iptablesBackend) writeRules(ctx context.Context, text []byte, outRules []string, stats *SyncStats, out *outcome) error {
+func (b iptablesBackend) writeRules(ctx context.Context, text []byte, outRules []rules.OutFilter, stats *SyncStats, out *outcome) error {
 	return b.p.executeIPTables(ctx, text, outRules, stats, out)
 }
 

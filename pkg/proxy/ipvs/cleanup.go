@@ -16,6 +16,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/sets"
 
+	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/proxy/ipvs/rules"
 	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/ipfamily"
 	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/ipset"
 	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/iptables"
@@ -125,7 +126,7 @@ func kubeProxySetNames() sets.Set[string] {
 }
 
 // serviceSets hold (ip, protocol, port) of service virtual servers.
-var serviceSets = []string{setClusterIP, setExternalIP, setExternalIPLocal, setLoadBalancer}
+var serviceSets = []rules.Set{setClusterIP, setExternalIP, setExternalIPLocal, setLoadBalancer}
 
 // Cleanup removes everything kube-proxy (ours, or upstream's ipvs and iptables modes)
 // programs on a node: its IPVS virtual servers (never third-party ones, never inside
@@ -232,11 +233,11 @@ func nftSetsAsIPSets(ctx context.Context, r nftables.Ruleset) (map[string]*ipset
 				if !ok {
 					continue
 				}
-				name := familySetName(e.set, family)
+				name := familySetName(e.Set, family)
 				if out[name] == nil {
 					out[name] = &ipset.SetWithEntries{Set: ipset.Set{Name: name}}
 				}
-				out[name].Entries = append(out[name].Entries, e.entry)
+				out[name].Entries = append(out[name].Entries, ipsetEntry(e))
 			}
 		}
 	}
@@ -283,9 +284,9 @@ func cleanupVirtualServers(ctx context.Context, k CleanupKernel, all map[string]
 			base = upstreamSetPrefix + strings.TrimPrefix(name, ipv6SetPrefix)
 		}
 		switch {
-		case base == setIPVSIPs:
+		case base == setIPVSIPs.String():
 			bound.Insert(s.Entries...)
-		case contains(serviceSets, base), strings.HasPrefix(base, "KUBE-NODE-PORT-SCTP"), strings.HasPrefix(base, "KUBE-NODE-PORT-LOCAL-SCTP"):
+		case slices.ContainsFunc(serviceSets, func(s rules.Set) bool { return s.String() == base }), strings.HasPrefix(base, "KUBE-NODE-PORT-SCTP"), strings.HasPrefix(base, "KUBE-NODE-PORT-LOCAL-SCTP"):
 			for _, e := range s.Entries {
 				if key, ok := entryServiceKey(e); ok {
 					servicePorts.Insert(key)

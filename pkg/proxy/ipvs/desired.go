@@ -5,7 +5,6 @@ import (
 	"net"
 	"net/netip"
 	"slices"
-	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -15,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/sets"
 
 	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/proxy"
+	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/proxy/ipvs/rules"
 	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/ipvs"
 )
 
@@ -50,10 +50,10 @@ type buildContext struct {
 // serviceState is the desired kernel state of every port of one Service. It is built by
 // a pure function and compared against the previous one to find what a sync must touch.
 type serviceState struct {
-	virtualServers []*desiredVS // sorted by key
-	setEntries     []setEntry   // sorted
-	bindAddrs      []string     // sorted, de-duplicated
-	outFilterRules []string     // KUBE-IPVS-OUT-FILTER rule bodies, sorted
+	virtualServers []*desiredVS      // sorted by key
+	setEntries     []rules.Member    // sorted
+	bindAddrs      []string          // sorted, de-duplicated
+	outFilterRules []rules.OutFilter // sorted
 	// healthCheckNodePort and localEndpoints feed the per-service health server.
 	healthCheckNodePort int
 	localEndpoints      int
@@ -89,12 +89,6 @@ type desiredVS struct {
 // owner is the Service whose state holds d.
 func (d *desiredVS) owner() types.NamespacedName { return d.port.NamespacedName }
 
-// setEntry is one member of one ipset, the set named by its base (IPv4) name.
-type setEntry struct {
-	set   string
-	entry string
-}
-
 // servicePort is one port of a Service with its endpoints, as the builder consumes it.
 type servicePort struct {
 	name      proxy.ServicePortName
@@ -107,9 +101,9 @@ type servicePort struct {
 func buildServiceState(bc *buildContext, ports []servicePort) *serviceState {
 	st := &serviceState{}
 	vss := map[vsKey]*desiredVS{}
-	entries := sets.New[setEntry]()
+	entries := sets.New[rules.Member]()
 	bind := sets.New[string]()
-	outFilter := sets.New[string]()
+	outFilter := sets.New[rules.OutFilter]()
 
 	for _, sp := range ports {
 		buildServicePort(bc, sp, st, vss, entries, bind, outFilter)
@@ -127,21 +121,18 @@ func buildServiceState(bc *buildContext, ports []servicePort) *serviceState {
 	}
 	slices.SortFunc(st.virtualServers, func(a, b *desiredVS) int { return compareVSKeys(a.key, b.key) })
 	st.setEntries = entries.UnsortedList()
-	sort.Slice(st.setEntries, func(i, j int) bool {
-		if st.setEntries[i].set != st.setEntries[j].set {
-			return st.setEntries[i].set < st.setEntries[j].set
-		}
-		return st.setEntries[i].entry < st.setEntries[j].entry
-	})
+	slices.SortFunc(st.setEntries, rules.Compare)
 	st.bindAddrs = sets.List(bind)
-	st.outFilterRules = sets.List(outFilter)
+	st.outFilterRules = outFilter.UnsortedList()
+	slices.SortFunc(st.outFilterRules, rules.CompareOutFilters)
 	return st
 }
 
 func buildServicePort(bc *buildContext, sp servicePort, st *serviceState, vss map[vsKey]*desiredVS,
-	entries sets.Set[setEntry], bind sets.Set[string], outFilter sets.Set[string]) {
+	entries sets.Set[rules.Member], bind sets.Set[string], outFilter sets.Set[rules.OutFilter]) {
 	svc := sp.info
-	proto := strings.ToLower(string(svc.Protocol))
+	proto := rules.ProtocolNumber(string(svc.Protocol))
+	port := uint16(svc.Port)
 
 	// Endpoints IPVS cannot use as destinations are left out (the kernel refuses a
 	// multicast or broadcast real server with EINVAL; the others cannot be reached).
@@ -163,7 +154,10 @@ func buildServicePort(bc *buildContext, sp servicePort, st *serviceState, vss ma
 	// Hairpin: a local endpoint reaching itself through the service is masqueraded.
 	for _, ep := range sp.endpoints {
 		if ep.IsLocal {
-			entries.Insert(setEntry{setLoopBack, ipPortIPEntry(ep.IP, proto, int(ep.Port), ep.IP)})
+			if a, err := netip.ParseAddr(ep.IP); err == nil {
+				a = a.Unmap()
+				entries.Insert(rules.SourceMember(rules.LoopBack, a, proto, uint16(ep.Port), netip.PrefixFrom(a, a.BitLen())))
+			}
 		}
 	}
 
@@ -240,7 +234,7 @@ func buildServicePort(bc *buildContext, sp servicePort, st *serviceState, vss ma
 
 	// ClusterIP.
 	if svc.ClusterIP != nil && usableVIP("clusterIP", svc.ClusterIP, svc.Port, false) {
-		entries.Insert(setEntry{setClusterIP, ipPortEntry(svc.ClusterIP.String(), proto, svc.Port)})
+		entries.Insert(rules.ServiceMember(rules.ClusterIP, addrOf(svc.ClusterIP), proto, port))
 		addVS(newVS(svc.ClusterIP, svc.Port), svc.InternalPolicyLocal, true)
 		bind.Insert(svc.ClusterIP.String())
 	}
@@ -250,11 +244,10 @@ func buildServicePort(bc *buildContext, sp servicePort, st *serviceState, vss ma
 		if !usableVIP("externalIPs", ip, svc.Port, true) {
 			continue
 		}
-		e := ipPortEntry(ip.String(), proto, svc.Port)
 		if svc.ExternalPolicyLocal {
-			entries.Insert(setEntry{setExternalIPLocal, e})
+			entries.Insert(rules.ServiceMember(rules.ExternalIPLocal, addrOf(ip), proto, port))
 		} else {
-			entries.Insert(setEntry{setExternalIP, e})
+			entries.Insert(rules.ServiceMember(rules.ExternalIP, addrOf(ip), proto, port))
 		}
 		addVS(newVS(ip, svc.Port), svc.ExternalPolicyLocal, false)
 		if !bc.localAddrs.Has(ip.String()) {
@@ -267,28 +260,27 @@ func buildServicePort(bc *buildContext, sp servicePort, st *serviceState, vss ma
 		if !usableVIP("status.loadBalancer.ingress", ip, svc.Port, true) {
 			continue
 		}
-		e := ipPortEntry(ip.String(), proto, svc.Port)
-		entries.Insert(setEntry{setLoadBalancer, e})
+		a := addrOf(ip)
+		entries.Insert(rules.ServiceMember(rules.LoadBalancer, a, proto, port))
 		if svc.ExternalPolicyLocal {
-			entries.Insert(setEntry{setLoadBalancerLocal, e})
+			entries.Insert(rules.ServiceMember(rules.LoadBalancerLocal, a, proto, port))
 		}
 		if len(svc.LoadBalancerSourceRanges) > 0 {
-			entries.Insert(setEntry{setLoadBalancerFW, e})
+			entries.Insert(rules.ServiceMember(rules.LoadBalancerFW, a, proto, port))
 			allowFromNode := false
 			for _, cidr := range svc.LoadBalancerSourceRanges {
-				entries.Insert(setEntry{setLoadBalancerSourceCIDR, ipPortNetEntry(ip.String(), proto, svc.Port, cidr)})
+				entries.Insert(rules.SourceMember(rules.LoadBalancerSourceCIDR, a, proto, port, prefixOf(cidr)))
 				if bc.nodeIP != nil && cidr.Contains(bc.nodeIP) {
 					allowFromNode = true
 				}
 			}
 			if allowFromNode {
 				// The node reaches an LB address it hosts with that address as source.
-				entries.Insert(setEntry{setLoadBalancerSourceIP, ipPortIPEntry(ip.String(), proto, svc.Port, ip.String())})
+				entries.Insert(rules.SourceMember(rules.LoadBalancerSourceIP, a, proto, port, netip.PrefixFrom(a, a.BitLen())))
 			} else {
 				// kubernetes#119656: the node is not an allowed source, so its own access to
 				// the LB address (source and destination both the LB address) is dropped.
-				outFilter.Insert("-s " + ip.String() + " -m ipvs --vaddr " + ip.String() +
-					" --vproto " + proto + " --vport " + strconv.Itoa(svc.Port) + " -j DROP")
+				outFilter.Insert(rules.OutFilter{Source: a.As16(), VAddr: a.As16(), Proto: proto, Port: port})
 			}
 		}
 		addVS(newVS(ip, svc.Port), svc.ExternalPolicyLocal, false)
@@ -299,26 +291,23 @@ func buildServicePort(bc *buildContext, sp servicePort, st *serviceState, vss ma
 
 	// NodePort.
 	if svc.NodePort != 0 && len(bc.nodePortIPs) > 0 {
-		var npEntries []string
-		var npSet, npLocalSet string
+		var npEntries []rules.Member
 		switch svc.Protocol {
 		case v1.ProtocolTCP:
-			npSet, npLocalSet = setNodePortTCP, setNodePortLocalTCP
-			npEntries = []string{strconv.Itoa(svc.NodePort)}
+			npEntries = []rules.Member{rules.PortMember(rules.NodePortTCP, uint16(svc.NodePort))}
 		case v1.ProtocolUDP:
-			npSet, npLocalSet = setNodePortUDP, setNodePortLocalUDP
-			npEntries = []string{strconv.Itoa(svc.NodePort)}
+			npEntries = []rules.Member{rules.PortMember(rules.NodePortUDP, uint16(svc.NodePort))}
 		case v1.ProtocolSCTP:
 			// SCTP node ports use hash:ip,port with every node address.
-			npSet, npLocalSet = setNodePortSCTP, setNodePortLocalSCTP
 			for _, ip := range bc.nodePortIPs {
-				npEntries = append(npEntries, ipPortEntry(ip.String(), proto, svc.NodePort))
+				npEntries = append(npEntries, rules.ServiceMember(rules.NodePortSCTP, addrOf(ip), proto, uint16(svc.NodePort)))
 			}
 		}
 		for _, e := range npEntries {
-			entries.Insert(setEntry{npSet, e})
+			entries.Insert(e)
 			if svc.ExternalPolicyLocal {
-				entries.Insert(setEntry{npLocalSet, e})
+				e.Set = localNodePortSet[e.Set]
+				entries.Insert(e)
 			}
 		}
 		for _, ip := range bc.nodePortIPs {
@@ -327,7 +316,7 @@ func buildServicePort(bc *buildContext, sp servicePort, st *serviceState, vss ma
 	}
 
 	if svc.HealthCheckNodePort != 0 {
-		entries.Insert(setEntry{setHealthCheckNodePort, strconv.Itoa(svc.HealthCheckNodePort)})
+		entries.Insert(rules.PortMember(rules.HealthCheckNodePort, uint16(svc.HealthCheckNodePort)))
 		st.healthCheckNodePort = svc.HealthCheckNodePort
 		n := 0
 		for _, ep := range sp.endpoints {
@@ -368,23 +357,24 @@ func realServersFor(bc *buildContext, svc *proxy.ServicePortInfo, chosen, all []
 	return slices.CompactFunc(rss, func(a, b desiredRS) bool { return a.key == b.key })
 }
 
-// Entries in the text form `ipset save` prints, so that full syncs compare exactly.
-func ipPortEntry(ip, proto string, port int) string {
-	return ip + "," + proto + ":" + strconv.Itoa(port)
+// localNodePortSet is the set of a node port set's members whose traffic policy is
+// Local.
+var localNodePortSet = map[rules.Set]rules.Set{
+	rules.NodePortTCP:  rules.NodePortLocalTCP,
+	rules.NodePortUDP:  rules.NodePortLocalUDP,
+	rules.NodePortSCTP: rules.NodePortLocalSCTP,
 }
 
-func ipPortIPEntry(ip, proto string, port int, ip2 string) string {
-	return ipPortEntry(ip, proto, port) + "," + ip2
+// addrOf is ip as a netip.Addr, IPv4 unmapped.
+func addrOf(ip net.IP) netip.Addr {
+	a, _ := netip.AddrFromSlice(ip)
+	return a.Unmap()
 }
 
-func ipPortNetEntry(ip, proto string, port int, cidr *net.IPNet) string {
-	ones, bits := cidr.Mask.Size()
-	net := cidr.IP.Mask(cidr.Mask).String()
-	if ones != bits {
-		// ipset prints host-length networks without a prefix.
-		net += "/" + strconv.Itoa(ones)
-	}
-	return ipPortEntry(ip, proto, port) + "," + net
+// prefixOf is a CIDR as a netip.Prefix, IPv4 unmapped.
+func prefixOf(cidr *net.IPNet) netip.Prefix {
+	ones, _ := cidr.Mask.Size()
+	return netip.PrefixFrom(addrOf(cidr.IP), ones).Masked()
 }
 
 // unusableAddress says why a service address (ClusterIP, external or LoadBalancer IP)

@@ -1,6 +1,10 @@
 package ipvs
 
-import "hash/maphash"
+import (
+	"hash/maphash"
+
+	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/proxy/ipvs/rules"
+)
 
 // A periodic resync has to find what differs between the kernel as read and the
 // desired index. Most of its keys are set members (at 10k Services x 10 local
@@ -22,74 +26,85 @@ type setDigest struct {
 
 var digestSeed = maphash.MakeSeed()
 
-func (d *setDigest) add(member string) {
+func (d *setDigest) add(m rules.Member) {
 	d.n++
-	d.sum += maphash.String(digestSeed, member)
+	d.sum += maphash.Comparable(digestSeed, m)
 }
 
-func (d *setDigest) remove(member string) {
+func (d *setDigest) remove(m rules.Member) {
 	d.n--
-	d.sum -= maphash.String(digestSeed, member)
+	d.sum -= maphash.Comparable(digestSeed, m)
+}
+
+// addAddr and removeAddr are add and remove for kube-ipvs0's addresses.
+func (d *setDigest) addAddr(a string) {
+	d.n++
+	d.sum += maphash.String(digestSeed, a)
+}
+
+func (d *setDigest) removeAddr(a string) {
+	d.n--
+	d.sum -= maphash.String(digestSeed, a)
 }
 
 // kernelDigests are the digests of what a resync read: each set's (by base name) and
 // kube-ipvs0's addresses. They describe the read as it was taken, corrected by the
 // journal (resync.go), and say nothing once later syncs have written.
 type kernelDigests struct {
-	sets  map[string]setDigest
+	sets  map[rules.Set]setDigest
 	addrs setDigest
 }
 
 // digestsOf computes the digests of st (beside the loop: it reads only st).
 func digestsOf(st *appliedState) *kernelDigests {
-	k := &kernelDigests{sets: map[string]setDigest{}}
+	k := &kernelDigests{sets: map[rules.Set]setDigest{}}
 	for e := range st.entries {
-		d := k.sets[e.set]
-		d.add(e.entry)
-		k.sets[e.set] = d
+		d := k.sets[e.Set]
+		d.add(e)
+		k.sets[e.Set] = d
 	}
 	for a := range st.addrs {
-		k.addrs.add(a)
+		k.addrs.addAddr(a)
 	}
 	return k
 }
 
 // correctEntry moves the digest of e's set from had to has (the journal's correction).
-func (k *kernelDigests) correctEntry(e setEntry, had, has bool) {
+func (k *kernelDigests) correctEntry(e rules.Member, had, has bool) {
 	if k == nil || had == has {
 		return
 	}
-	d := k.sets[e.set]
+	d := k.sets[e.Set]
 	if has {
-		d.add(e.entry)
+		d.add(e)
 	} else {
-		d.remove(e.entry)
+		d.remove(e)
 	}
-	k.sets[e.set] = d
+	k.sets[e.Set] = d
 }
 
 func (k *kernelDigests) correctAddr(a string, had, has bool) {
 	switch {
 	case k == nil || had == has:
 	case has:
-		k.addrs.add(a)
+		k.addrs.addAddr(a)
 	default:
-		k.addrs.remove(a)
+		k.addrs.removeAddr(a)
 	}
 }
 
 // recountSet recomputes one set's digest from st (a set the journal says was rewritten).
-func (k *kernelDigests) recountSet(st *appliedState, base string) {
+func (k *kernelDigests) recountSet(st *appliedState, set rules.Set) {
 	if k == nil {
 		return
 	}
 	var d setDigest
 	for e := range st.entries {
-		if e.set == base {
-			d.add(e.entry)
+		if e.Set == set {
+			d.add(e)
 		}
 	}
-	k.sets[base] = d
+	k.sets[set] = d
 }
 
 // agreement says which of the resync's key kinds need no member-by-member comparison:
@@ -100,12 +115,12 @@ func (k *kernelDigests) recountSet(st *appliedState, base string) {
 type agreement struct {
 	// known: the digests were compared (the zero agreement walks every key).
 	known bool
-	sets  map[string]bool
+	sets  map[rules.Set]bool
 	addrs bool
 }
 
 func (ix *desiredIndex) agreement(k *kernelDigests, applied *appliedState, t *touched) agreement {
-	read := make(map[string]setDigest, len(k.sets))
+	read := make(map[rules.Set]setDigest, len(k.sets))
 	for name, d := range k.sets {
 		read[name] = d
 	}
@@ -115,23 +130,23 @@ func (ix *desiredIndex) agreement(k *kernelDigests, applied *appliedState, t *to
 		if want == have {
 			continue
 		}
-		d := read[e.set]
+		d := read[e.Set]
 		if want {
-			d.add(e.entry)
+			d.add(e)
 		} else {
-			d.remove(e.entry)
+			d.remove(e)
 		}
-		read[e.set] = d
+		read[e.Set] = d
 	}
 	for a := range t.addrs {
 		switch want, have := ix.hasAddr(a), applied.addrs.Has(a); {
 		case want && !have:
-			addrs.add(a)
+			addrs.addAddr(a)
 		case !want && have:
-			addrs.remove(a)
+			addrs.removeAddr(a)
 		}
 	}
-	ag := agreement{known: true, sets: map[string]bool{}, addrs: addrs == ix.addrDigest}
+	ag := agreement{known: true, sets: map[rules.Set]bool{}, addrs: addrs == ix.addrDigest}
 	for name, d := range read {
 		ag.sets[name] = d == ix.setDigests[name]
 	}

@@ -11,6 +11,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/sets"
 
+	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/proxy/ipvs/rules"
 	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/netlink"
 	nft "github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/nftables"
 )
@@ -18,9 +19,9 @@ import (
 // TestSetDigest: a digest depends on the members only, not on their order; removing a
 // member undoes adding it; sets of the same size with different members differ.
 func TestSetDigest(t *testing.T) {
-	members := make([]string, 200)
+	members := make([]rules.Member, 200)
 	for i := range members {
-		members[i] = fmt.Sprintf("10.244.%d.%d,tcp:8080,10.244.%d.%d", i/250, i%250, i/250, i%250)
+		members[i] = member(setLoopBack, fmt.Sprintf("10.244.%d.%d,tcp:8080,10.244.%d.%d", i/250, i%250, i/250, i%250))
 	}
 	var fwd, rev setDigest
 	for i := range members {
@@ -31,15 +32,15 @@ func TestSetDigest(t *testing.T) {
 		t.Fatalf("same members, other order: %+v and %+v", fwd, rev)
 	}
 	before := fwd
-	fwd.add("10.96.0.1,tcp:80")
-	fwd.remove("10.96.0.1,tcp:80")
+	fwd.add(member(setClusterIP, "10.96.0.1,tcp:80"))
+	fwd.remove(member(setClusterIP, "10.96.0.1,tcp:80"))
 	if fwd != before {
 		t.Errorf("add then remove: %+v, want %+v", fwd, before)
 	}
 	// One member swapped for another: same count, another digest.
 	swapped := before
 	swapped.remove(members[7])
-	swapped.add("10.244.9.9,tcp:8080,10.244.9.9")
+	swapped.add(member(setLoopBack, "10.244.9.9,tcp:8080,10.244.9.9"))
 	if swapped.n != before.n || swapped == before {
 		t.Errorf("a swapped member left the digest at %+v (was %+v)", swapped, before)
 	}
@@ -72,15 +73,15 @@ func TestDigestsOfTheKernelAgreeWithTheIndex(t *testing.T) {
 			// the read or not; a rewritten set.
 			rng := rand.New(rand.NewPCG(1, 2))
 			applied := copyApplied(read)
-			j := &journal{vs: sets.New[vsKey](), entries: sets.New[setEntry](), addrs: sets.New[string](), rewritten: sets.New[string]()}
-			var known []setEntry
+			j := &journal{vs: sets.New[vsKey](), entries: sets.New[rules.Member](), addrs: sets.New[string](), rewritten: sets.New[rules.Set]()}
+			var known []rules.Member
 			for e := range read.entries {
 				known = append(known, e)
 			}
 			for i := range 60 {
 				en := known[rng.IntN(len(known))]
 				if i%3 == 0 {
-					en = setEntry{setClusterIP, fmt.Sprintf("10.96.7.%d,tcp:80", i)}
+					en = member(setClusterIP, fmt.Sprintf("10.96.7.%d,tcp:80", i))
 				}
 				j.entries.Insert(en)
 				if rng.IntN(2) == 0 {
@@ -100,7 +101,7 @@ func TestDigestsOfTheKernelAgreeWithTheIndex(t *testing.T) {
 				}
 			}
 			j.rewritten.Insert(setLoopBack)
-			applied.entries.Insert(setEntry{setLoopBack, "10.244.1.99,tcp:80,10.244.1.99"})
+			applied.entries.Insert(member(setLoopBack, "10.244.1.99,tcp:80,10.244.1.99"))
 			read.digests = k
 			j.correct(read, applied)
 			want := digestsOf(read)

@@ -9,6 +9,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/proxy/ipvs/rules"
 	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/ipset"
 	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/iptables"
 	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/ipvs"
@@ -37,7 +38,7 @@ type failure struct {
 // is in p.applied), and the out-filter rules that were sent to the kernel.
 type outcome struct {
 	failures     []failure
-	writtenRules []string
+	writtenRules []rules.OutFilter
 }
 
 func (o *outcome) fail(f failure) { o.failures = append(o.failures, f) }
@@ -46,7 +47,7 @@ func (o *outcome) fail(f failure) { o.failures = append(o.failures, f) }
 // the kernel refuses is recorded in the outcome and the rest goes on; the returned error
 // is for failures no single object explains (a tool that does not run, a base rule the
 // kernel refuses), after which the caller forgets p.applied.
-func (p *Proxier) execute(ctx context.Context, pl *syncPlan, outRules []string, stats *SyncStats, ct *[]conntrackTarget) (*outcome, error) {
+func (p *Proxier) execute(ctx context.Context, pl *syncPlan, outRules []rules.OutFilter, stats *SyncStats, ct *[]conntrackTarget) (*outcome, error) {
 	out := &outcome{}
 	a := p.applied
 
@@ -143,9 +144,9 @@ func (p *Proxier) executeSets(ctx context.Context, changes []setChange, stats *S
 		tx := &ipset.Transaction{}
 		for _, c := range remaining {
 			if c.add {
-				tx.Add(p.names[c.entry.set], c.entry.entry)
+				tx.Add(p.names[c.entry.Set], ipsetEntry(c.entry))
 			} else {
-				tx.Del(p.names[c.entry.set], c.entry.entry)
+				tx.Del(p.names[c.entry.Set], ipsetEntry(c.entry))
 			}
 		}
 		stats.IPSetOps += tx.Len()
@@ -176,7 +177,7 @@ func (p *Proxier) executeSets(ctx context.Context, changes []setChange, stats *S
 			owners = p.index.ownersOfEntry(bad.entry)
 		}
 		out.fail(failure{key: retryKey{kind: retryEntry, entry: bad.entry}, layer: heldBackIPSet,
-			what: "ipset " + p.names[bad.entry.set] + " member " + bad.entry.entry, owners: owners, err: err})
+			what: "ipset " + p.names[bad.entry.Set] + " member " + ipsetEntry(bad.entry), owners: owners, err: err})
 		next := make([]setChange, 0, len(remaining)-1)
 		next = append(next, remaining[:ierr.Index]...)
 		remaining = append(next, remaining[ierr.Index+1:]...)
@@ -188,7 +189,7 @@ func (p *Proxier) executeSets(ctx context.Context, changes []setChange, stats *S
 // rules are in it, the refused rules are found by bisection and left out, so one bad
 // rule never keeps the others out; if the text fails even without any of them, the
 // failure is global.
-func (p *Proxier) executeIPTables(ctx context.Context, rules []byte, outRules []string, stats *SyncStats, out *outcome) error {
+func (p *Proxier) executeIPTables(ctx context.Context, text []byte, outRules []rules.OutFilter, stats *SyncStats, out *outcome) error {
 	restore := func(text []byte) error {
 		stats.IPTablesWrite = true
 		stats.count(opIPTablesRestore)
@@ -197,9 +198,9 @@ func (p *Proxier) executeIPTables(ctx context.Context, rules []byte, outRules []
 		p.rulesGuard.wrote()
 		return p.kernel.IPTables.RestoreAll(ctx, text, iptables.NoFlushTables, iptables.RestoreCount)
 	}
-	err := restore(rules)
+	err := restore(text)
 	if err == nil {
-		p.applied.iptables = rules
+		p.applied.iptables = text
 		out.writtenRules = outRules
 		return nil
 	}
@@ -213,9 +214,9 @@ func (p *Proxier) executeIPTables(ctx context.Context, rules []byte, outRules []
 		return fmt.Errorf("writing iptables rules: %w", berr)
 	}
 	p.applied.iptables = base
-	var good []string
-	var bisect func(cand []string)
-	bisect = func(cand []string) {
+	var good []rules.OutFilter
+	var bisect func(cand []rules.OutFilter)
+	bisect = func(cand []rules.OutFilter) {
 		text := p.iptablesRules(append(slices.Clone(good), cand...))
 		rerr := restore(text)
 		if rerr == nil {
@@ -225,8 +226,8 @@ func (p *Proxier) executeIPTables(ctx context.Context, rules []byte, outRules []
 		}
 		observeIPTablesFailure(p.opts.IPFamily)
 		if len(cand) == 1 {
-			out.fail(failure{key: retryKey{kind: retryOutRule, text: cand[0]}, layer: heldBackIPTables,
-				what: "iptables rule " + string(chainIPVSOutFilter) + " " + cand[0], owners: p.index.ownersOfOutRule(cand[0]),
+			out.fail(failure{key: retryKey{kind: retryOutRule, out: cand[0]}, layer: heldBackIPTables,
+				what: "iptables rule " + string(chainIPVSOutFilter) + " " + outFilterRuleText(cand[0]), owners: p.index.ownersOfOutRule(cand[0]),
 				err: fmt.Errorf("writing iptables rule: %w", rerr)})
 			return
 		}

@@ -11,6 +11,7 @@ import (
 	"bytes"
 	"context"
 	"net"
+	"net/netip"
 	"strings"
 	"testing"
 	"time"
@@ -24,6 +25,7 @@ import (
 
 	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/proxy"
 	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/proxy/healthcheck"
+	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/proxy/ipvs/rules"
 	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/conntrack"
 	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/ipfamily"
 	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/ipset"
@@ -384,4 +386,19 @@ func waitFor(d time.Duration, cond func() bool) bool {
 			return false
 		}
 	}
+}
+
+// member is the member of set that ipset prints as text (the test's shorthand).
+func member(set rules.Set, text string) rules.Member {
+	m, err := parseIPSetEntry(set, text)
+	if err != nil {
+		panic(err)
+	}
+	return m
+}
+
+// outFilter is the out-filter rule that drops addr's own access to its virtual server.
+func outFilter(addr string, proto uint8, port uint16) rules.OutFilter {
+	a := rules.Addr16(netip.MustParseAddr(addr))
+	return rules.OutFilter{Source: a, VAddr: a, Proto: proto, Port: port}
 }

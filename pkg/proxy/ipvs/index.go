@@ -1,13 +1,22 @@
 package ipvs
 
 import (
-	"cmp"
+	"net/netip"
 	"slices"
 	"strings"
 
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
+
+	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/proxy/ipvs/rules"
 )
+
+// ipvsIPMember is the KUBE-IPVS-IPS member of an address bound to kube-ipvs0 (its
+// canonical text).
+func ipvsIPMember(a string) rules.Member {
+	addr, _ := netip.ParseAddr(a)
+	return rules.AddrMember(rules.IPVSIPs, addr.Unmap())
+}
 
 // desiredIndex aggregates the desired state of every Service. Several Services may
 // want the same kernel object (an external IP shared by two Services, a node port entry,
@@ -20,17 +29,17 @@ type desiredIndex struct {
 	vs map[vsKey]*desiredVS
 	// setRefs counts the claims on each set entry, except KUBE-IPVS-IPS's: that set
 	// holds exactly the bound addresses, so bindRefs counts its entries too.
-	setRefs map[setEntry]int
+	setRefs map[rules.Member]int
 	// setDigests are the distinct entries per set (base name): their count and sum
 	// (digest.go); addrDigest is bindRefs' (kube-ipvs0's addresses).
-	setDigests map[string]setDigest
+	setDigests map[rules.Set]setDigest
 	addrDigest setDigest
 	// srcRanges are the entries of the LoadBalancer source-range sets by port
 	// (the nftables backend rewrites a port's elements together; reading them here
 	// keeps a partial sync from walking every entry of every set).
-	srcRanges map[srcPort]sets.Set[setEntry]
+	srcRanges map[rules.ServicePort]sets.Set[rules.Member]
 	bindRefs  map[string]int
-	outRefs   map[string]int
+	outRefs   map[rules.OutFilter]int
 	// health check node ports and local endpoint counts of eTP=Local services
 	hcPorts       map[types.NamespacedName]uint16
 	hcEndpoints   map[types.NamespacedName]int
@@ -42,25 +51,25 @@ type desiredIndex struct {
 // against the kernel.
 type touched struct {
 	vs        sets.Set[vsKey]
-	entries   sets.Set[setEntry]
+	entries   sets.Set[rules.Member]
 	addrs     sets.Set[string]
 	outFilter bool
 	health    bool
 }
 
 func newTouched() *touched {
-	return &touched{vs: sets.New[vsKey](), entries: sets.New[setEntry](), addrs: sets.New[string]()}
+	return &touched{vs: sets.New[vsKey](), entries: sets.New[rules.Member](), addrs: sets.New[string]()}
 }
 
 func newDesiredIndex() *desiredIndex {
 	return &desiredIndex{
 		services:      map[types.NamespacedName]*serviceState{},
 		vs:            map[vsKey]*desiredVS{},
-		setRefs:       map[setEntry]int{},
-		setDigests:    map[string]setDigest{},
-		srcRanges:     map[srcPort]sets.Set[setEntry]{},
+		setRefs:       map[rules.Member]int{},
+		setDigests:    map[rules.Set]setDigest{},
+		srcRanges:     map[rules.ServicePort]sets.Set[rules.Member]{},
 		bindRefs:      map[string]int{},
-		outRefs:       map[string]int{},
+		outRefs:       map[rules.OutFilter]int{},
 		hcPorts:       map[types.NamespacedName]uint16{},
 		hcEndpoints:   map[types.NamespacedName]int{},
 		noLocalIntern: sets.New[types.NamespacedName](),
@@ -94,9 +103,9 @@ func (ix *desiredIndex) set(name types.NamespacedName, st *serviceState, t *touc
 	for _, a := range st.bindAddrs {
 		if ix.bindRefs[a]++; ix.bindRefs[a] == 1 {
 			t.addrs.Insert(a)
-			ix.addrDigest.add(a)
-			ix.addMember(setEntry{setIPVSIPs, a})
-			t.entries.Insert(setEntry{setIPVSIPs, a})
+			ix.addrDigest.addAddr(a)
+			ix.addMember(ipvsIPMember(a))
+			t.entries.Insert(ipvsIPMember(a))
 		}
 	}
 	for _, r := range st.outFilterRules {
@@ -129,9 +138,9 @@ func (ix *desiredIndex) remove(name types.NamespacedName, old *serviceState, t *
 		if ix.bindRefs[a]--; ix.bindRefs[a] <= 0 {
 			delete(ix.bindRefs, a)
 			t.addrs.Insert(a)
-			ix.addrDigest.remove(a)
-			ix.removeMember(setEntry{setIPVSIPs, a})
-			t.entries.Insert(setEntry{setIPVSIPs, a})
+			ix.addrDigest.removeAddr(a)
+			ix.removeMember(ipvsIPMember(a))
+			t.entries.Insert(ipvsIPMember(a))
 		}
 	}
 	for _, r := range old.outFilterRules {
@@ -151,17 +160,14 @@ func (ix *desiredIndex) remove(name types.NamespacedName, old *serviceState, t *
 
 // noteSourceRange keeps srcRanges in step when e, an entry of a source-range set,
 // comes or goes.
-func (ix *desiredIndex) noteSourceRange(e setEntry, add bool) {
-	if !isSourceRangeSet(e.set) {
+func (ix *desiredIndex) noteSourceRange(e rules.Member, add bool) {
+	if !isSourceRangeSet(e.Set) {
 		return
 	}
-	k, ok := srcPortOfEntry(e.entry)
-	if !ok {
-		return
-	}
+	k := e.ServicePort()
 	if add {
 		if ix.srcRanges[k] == nil {
-			ix.srcRanges[k] = sets.New[setEntry]()
+			ix.srcRanges[k] = sets.New[rules.Member]()
 		}
 		ix.srcRanges[k].Insert(e)
 		return
@@ -171,7 +177,7 @@ func (ix *desiredIndex) noteSourceRange(e setEntry, add bool) {
 	}
 }
 
-func (ix *desiredIndex) unref(e setEntry, t *touched) {
+func (ix *desiredIndex) unref(e rules.Member, t *touched) {
 	if ix.setRefs[e]--; ix.setRefs[e] <= 0 {
 		delete(ix.setRefs, e)
 		ix.removeMember(e)
@@ -215,33 +221,33 @@ func (ix *desiredIndex) virtualServer(key vsKey) *desiredVS {
 	return best
 }
 
-func (ix *desiredIndex) hasEntry(e setEntry) bool {
-	if e.set == setIPVSIPs {
-		return ix.bindRefs[e.entry] > 0
+func (ix *desiredIndex) hasEntry(e rules.Member) bool {
+	if e.Set == rules.IPVSIPs {
+		return ix.bindRefs[e.IP().String()] > 0
 	}
 	return ix.setRefs[e] > 0
 }
-func (ix *desiredIndex) hasAddr(a string) bool    { return ix.bindRefs[a] > 0 }
-func (ix *desiredIndex) setEmpty(set string) bool { return ix.setDigests[set].n == 0 }
+func (ix *desiredIndex) hasAddr(a string) bool       { return ix.bindRefs[a] > 0 }
+func (ix *desiredIndex) setEmpty(set rules.Set) bool { return ix.setDigests[set].n == 0 }
 
-// setSize is how many distinct entries set (base name) wants.
-func (ix *desiredIndex) setSize(set string) int { return ix.setDigests[set].n }
+// setSize is how many distinct members set wants.
+func (ix *desiredIndex) setSize(set rules.Set) int { return ix.setDigests[set].n }
 
 // addMember and removeMember keep setDigests in step as an entry's first claim comes
 // and its last goes.
-func (ix *desiredIndex) addMember(e setEntry) {
-	d := ix.setDigests[e.set]
-	d.add(e.entry)
-	ix.setDigests[e.set] = d
+func (ix *desiredIndex) addMember(e rules.Member) {
+	d := ix.setDigests[e.Set]
+	d.add(e)
+	ix.setDigests[e.Set] = d
 }
 
-func (ix *desiredIndex) removeMember(e setEntry) {
-	d := ix.setDigests[e.set]
-	if d.remove(e.entry); d.n <= 0 {
-		delete(ix.setDigests, e.set)
+func (ix *desiredIndex) removeMember(e rules.Member) {
+	d := ix.setDigests[e.Set]
+	if d.remove(e); d.n <= 0 {
+		delete(ix.setDigests, e.Set)
 		return
 	}
-	ix.setDigests[e.set] = d
+	ix.setDigests[e.Set] = d
 }
 
 // allTouched returns every key the index holds, for a full reconcile.
@@ -255,7 +261,7 @@ func (ix *desiredIndex) allTouched() *touched {
 	}
 	for a := range ix.bindRefs {
 		t.addrs.Insert(a)
-		t.entries.Insert(setEntry{setIPVSIPs, a})
+		t.entries.Insert(ipvsIPMember(a))
 	}
 	t.outFilter, t.health = true, true
 	return t
@@ -264,15 +270,13 @@ func (ix *desiredIndex) allTouched() *touched {
 // The owners of an object, for reporting a write the kernel refused. They are found by
 // scanning every Service: this runs only on failures.
 
-func (ix *desiredIndex) ownersOfEntry(e setEntry) []types.NamespacedName {
+func (ix *desiredIndex) ownersOfEntry(e rules.Member) []types.NamespacedName {
 	return ix.owners(func(st *serviceState) bool {
-		if e.set == setIPVSIPs {
-			_, ok := slices.BinarySearch(st.bindAddrs, e.entry)
+		if e.Set == rules.IPVSIPs {
+			_, ok := slices.BinarySearch(st.bindAddrs, e.IP().String())
 			return ok
 		}
-		_, ok := slices.BinarySearchFunc(st.setEntries, e, func(x, y setEntry) int {
-			return cmp.Or(strings.Compare(x.set, y.set), strings.Compare(x.entry, y.entry))
-		})
+		_, ok := slices.BinarySearchFunc(st.setEntries, e, rules.Compare)
 		return ok
 	})
 }
@@ -284,9 +288,9 @@ func (ix *desiredIndex) ownersOfAddr(a string) []types.NamespacedName {
 	})
 }
 
-func (ix *desiredIndex) ownersOfOutRule(r string) []types.NamespacedName {
+func (ix *desiredIndex) ownersOfOutRule(r rules.OutFilter) []types.NamespacedName {
 	return ix.owners(func(st *serviceState) bool {
-		_, ok := slices.BinarySearch(st.outFilterRules, r)
+		_, ok := slices.BinarySearchFunc(st.outFilterRules, r, rules.CompareOutFilters)
 		return ok
 	})
 }

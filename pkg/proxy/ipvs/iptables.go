@@ -3,10 +3,11 @@ package ipvs
 import (
 	"bytes"
 	"fmt"
-	"sort"
+	"slices"
 
 	v1 "k8s.io/api/core/v1"
 
+	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/proxy/ipvs/rules"
 	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/iptables"
 )
 
@@ -68,7 +69,7 @@ var jumpRules = []struct {
 // only while its set is non-empty (as upstream). Local sets come before their non-local
 // counterparts so that eTP=Local traffic returns before being marked for masquerade.
 var setJumps = []struct {
-	set       string
+	set       rules.Set
 	table     iptables.Table
 	from      iptables.Chain
 	to        string
@@ -93,12 +94,12 @@ var setJumps = []struct {
 type rulesInput struct {
 	family        v1.IPFamily
 	names         setNames
-	setEmpty      func(base string) bool
+	setEmpty      func(set rules.Set) bool
 	masqueradeAll bool
 	// localDetectorArgs, when set, match traffic NOT from a local pod (e.g. "! -s CIDR").
 	localDetectorArgs []string
 	masqueradeMark    string // e.g. 0x004000
-	outFilterRules    []string
+	outFilterRules    []rules.OutFilter
 }
 
 func q(s string) string { return `"` + s + `"` }
@@ -116,7 +117,7 @@ func buildIPTablesRules(in *rulesInput) []byte {
 		}
 		fmt.Fprintf(b, ":%s - [0:0]\n", c.chain)
 	}
-	name := func(base string) string { return in.names[base] }
+	name := func(set rules.Set) string { return in.names[set] }
 
 	loopback := "127.0.0.0/8"
 	if in.family == v1.IPv6Protocol {
@@ -174,15 +175,15 @@ func buildIPTablesRules(in *rulesInput) []byte {
 	fmt.Fprintf(&nat, "-A %s -j %s\n", chainLoadBalancer, chainMarkMasq)
 	fmt.Fprintf(&filter, "-A %s -j DROP\n", chainSourceRangesFW)
 
-	out := append([]string(nil), in.outFilterRules...)
-	sort.Strings(out)
+	out := slices.Clone(in.outFilterRules)
+	slices.SortFunc(out, rules.CompareOutFilters)
 	for _, r := range out {
-		fmt.Fprintf(&filter, "-A %s %s\n", chainIPVSOutFilter, r)
+		fmt.Fprintf(&filter, "-A %s %s\n", chainIPVSOutFilter, outFilterRuleText(r))
 	}
 
 	// Accept traffic to virtual servers at the end of KUBE-SERVICES, so that other rules
 	// cannot drop what IPVS will handle.
-	for _, s := range []string{setClusterIP, setLoadBalancer} {
+	for _, s := range []rules.Set{setClusterIP, setLoadBalancer} {
 		if !in.setEmpty(s) {
 			fmt.Fprintf(&nat, "-A %s -m set --match-set %s dst,dst -j ACCEPT\n", chainServices, name(s))
 		}
@@ -195,7 +196,7 @@ func buildIPTablesRules(in *rulesInput) []byte {
 
 	// kubernetes#72236: service addresses on kube-ipvs0 must not expose the node's own
 	// ports; only the service ports are reachable through them.
-	for _, s := range []string{setLoadBalancer, setClusterIP, setExternalIP, setExternalIPLocal} {
+	for _, s := range []rules.Set{setLoadBalancer, setClusterIP, setExternalIP, setExternalIPLocal} {
 		fmt.Fprintf(&filter, "-A %s -m set --match-set %s dst,dst -j RETURN\n", chainIPVSFilter, name(s))
 	}
 	fmt.Fprintf(&filter, "-A %s -m set --match-set %s dst -j RETURN\n", chainIPVSFilter, name(setHealthCheckNodePort))
@@ -229,12 +230,12 @@ func joinArgs(args []string) string {
 func masqueradeMarkFor(bit int) string { return fmt.Sprintf("%#08x", 1<<uint(bit)) }
 
 // iptablesRules is the text of our chains with the given KUBE-IPVS-OUT-FILTER rules.
-func (p *Proxier) iptablesRules(outRules []string) []byte {
+func (p *Proxier) iptablesRules(outRules []rules.OutFilter) []byte {
 	return buildIPTablesRules(p.rulesInput(outRules))
 }
 
 // rulesInput is what this proxier's rules depend on, with the given out-filter rules.
-func (p *Proxier) rulesInput(outRules []string) *rulesInput {
+func (p *Proxier) rulesInput(outRules []rules.OutFilter) *rulesInput {
 	return &rulesInput{
 		family:            p.opts.IPFamily,
 		names:             p.names,

@@ -13,6 +13,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	testingclock "k8s.io/utils/clock/testing"
 
+	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/proxy/ipvs/rules"
 	nft "github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/nftables"
 )
 
@@ -150,7 +151,7 @@ func TestNFTGateBeforeEveryRule(t *testing.T) {
 		&rulesInput{family: v1.IPv4Protocol, masqueradeMark: "0x004000", masqueradeAll: true},
 		&rulesInput{family: v1.IPv4Protocol, masqueradeMark: "0x004000"},
 		&rulesInput{family: v1.IPv6Protocol, masqueradeMark: "0x004000", localDetectorArgs: []string{"!", "-s", "fd00:10:244::/48"},
-			outFilterRules: []string{"-s fd00:192::10 -m ipvs --vaddr fd00:192::10 --vproto udp --vport 53 -j DROP"}})
+			outFilterRules: []rules.OutFilter{outFilter("fd00:192::10", rules.UDP, 53)}})
 	for _, in := range inputs {
 		p, err := buildNFTProgramme(in)
 		if err != nil {

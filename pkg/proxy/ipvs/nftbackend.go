@@ -20,7 +20,9 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"net/netip"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -29,6 +31,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/utils/clock"
 
+	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/proxy/ipvs/rules"
 	nft "github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/nftables"
 )
 
@@ -89,78 +92,90 @@ func (c countedRuleset) List(ctx context.Context) ([]string, []string, error) {
 	return c.Ruleset.List(ctx)
 }
 
-// nftEntry is the ipset entry an element of set s stands for, the inverse of
-// nftElement. ok is false for the source ranges (an element there may stand for
-// several entries) and for an element no entry can make.
-func nftEntry(s nftSetInfo, fields []string) (setEntry, bool) {
-	var e setEntry
+// nftEntry is the member an element of set s stands for, the inverse of nftElement.
+// ok is false for the source ranges (an element there may stand for several
+// members) and for an element no member makes.
+func nftEntry(s nftSetInfo, fields []string) (rules.Member, bool) {
+	var m rules.Member
 	switch s.name {
 	case "load-balancer-source":
-		return setEntry{}, false
-	case "node-port", "node-port-local":
+		return rules.Member{}, false
+	case "node-port", "node-port-local", "health-check-node-port":
 		if len(fields) != 2 {
-			return setEntry{}, false
+			return rules.Member{}, false
 		}
-		for _, base := range s.from {
-			if strings.HasSuffix(base, "-"+strings.ToUpper(fields[0])) {
-				e = setEntry{base, fields[1]}
+		port, err := strconv.ParseUint(fields[1], 10, 16)
+		if err != nil {
+			return rules.Member{}, false
+		}
+		for _, set := range s.from {
+			if len(s.from) == 1 || strings.HasSuffix(set.String(), "-"+strings.ToUpper(fields[0])) {
+				m = rules.PortMember(set, uint16(port))
 			}
-		}
-	case "health-check-node-port":
-		if len(fields) == 2 {
-			e = setEntry{setHealthCheckNodePort, fields[1]}
 		}
 	case "ipvs-ips":
-		if len(fields) == 1 {
-			e = setEntry{setIPVSIPs, fields[0]}
+		if len(fields) != 1 {
+			return rules.Member{}, false
 		}
+		a, err := netip.ParseAddr(fields[0])
+		if err != nil {
+			return rules.Member{}, false
+		}
+		m = rules.AddrMember(setIPVSIPs, a)
 	default:
-		if len(fields) == 3 || len(fields) == 4 {
-			text := fields[0] + "," + fields[1] + ":" + fields[2]
-			if len(fields) == 4 {
-				text += "," + fields[3]
+		sp, ok := parseServicePort(fields)
+		if !ok || len(fields) != len(s.key) {
+			return rules.Member{}, false
+		}
+		m = rules.Member{Set: s.from[0], Addr: sp.Addr, Proto: sp.Proto, Port: sp.Port}
+		if len(fields) == 4 {
+			src, err := netip.ParseAddr(fields[3])
+			if err != nil {
+				return rules.Member{}, false
 			}
-			e = setEntry{s.from[0], text}
+			m.Src, m.Bits = src.As16(), uint8(src.BitLen())
 		}
 	}
-	if e.set == "" {
-		return setEntry{}, false
+	if m.Set == 0 {
+		return rules.Member{}, false
 	}
-	// Only what turns back into the same element is that entry.
-	set, back, err := nftElement(e.set, e.entry)
+	// Only what turns back into the same element is that member.
+	set, back, err := nftElement(m)
 	if err != nil || set != s.name || !slices.Equal(back, fields) {
-		return setEntry{}, false
+		return rules.Member{}, false
 	}
-	return e, true
+	return m, true
+}
+
+// parseServicePort reads the address, protocol and port an element begins with.
+func parseServicePort(fields []string) (rules.ServicePort, bool) {
+	if len(fields) < 3 {
+		return rules.ServicePort{}, false
+	}
+	a, err := netip.ParseAddr(fields[0])
+	proto := rules.ProtocolNumber(fields[1])
+	port, perr := strconv.ParseUint(fields[2], 10, 16)
+	if err != nil || proto == 0 || perr != nil {
+		return rules.ServicePort{}, false
+	}
+	return rules.ServicePort{Addr: a.As16(), Proto: proto, Port: uint16(port)}, true
 }
 
 func (e nftElements) remove(set string, fields []string) {
 	delete(e[set], strings.Join(fields, " . "))
 }
 
-func isSourceRangeSet(base string) bool {
-	return base == setLoadBalancerSourceIP || base == setLoadBalancerSourceCIDR
+func isSourceRangeSet(set rules.Set) bool {
+	return set == setLoadBalancerSourceIP || set == setLoadBalancerSourceCIDR
 }
 
-// srcPort is a LoadBalancer address, protocol and port: the unit in which source
-// ranges are written.
-type srcPort struct{ addr, proto, port string }
-
-// srcPortOfEntry reads the port of a source range entry ("IP,proto:port,SRC").
-func srcPortOfEntry(entry string) (srcPort, bool) {
-	parts := strings.Split(entry, ",")
-	if len(parts) != 3 {
-		return srcPort{}, false
-	}
-	proto, port, ok := strings.Cut(parts[1], ":")
-	return srcPort{parts[0], proto, port}, ok
-}
-
-func srcPortOfElement(fields []string) (srcPort, bool) {
+// srcPortOfElement is the LoadBalancer address, protocol and port of a
+// load-balancer-source element: the unit in which source ranges are written.
+func srcPortOfElement(fields []string) (rules.ServicePort, bool) {
 	if len(fields) != 4 {
-		return srcPort{}, false
+		return rules.ServicePort{}, false
 	}
-	return srcPort{fields[0], fields[1], fields[2]}, true
+	return parseServicePort(fields)
 }
 
 func (b *nftBackend) observeSets(ctx context.Context, st *appliedState, stats *SyncStats) error {
@@ -247,7 +262,7 @@ func (b *nftBackend) prepare(ctx context.Context, stats *SyncStats) error {
 	}
 	// Every set is new and empty, the out-filter chain too.
 	p.setsEmptied = true
-	p.applied.entries = sets.New[setEntry]()
+	p.applied.entries = sets.New[rules.Member]()
 	p.applied.nftOther = nftElements{}
 	p.applied.iptables = nil
 	return nil
@@ -288,15 +303,23 @@ func (b *nftBackend) writeProgramme(tx *nft.Transaction, prog *nftProgramme) {
 func (b *nftBackend) grow(context.Context, *SyncStats) error { return nil }
 
 // rulesText names the out-filter rules: the only rules that change with Services.
-func (b *nftBackend) rulesText(outRules []string) []byte {
-	return []byte("nftables " + b.fam.name(nftOutFilterChain) + "\n" + strings.Join(outRules, "\n"))
+func (b *nftBackend) rulesText(outRules []rules.OutFilter) []byte {
+	var t strings.Builder
+	t.WriteString("nftables " + b.fam.name(nftOutFilterChain) + "\n")
+	for i, r := range outRules {
+		if i > 0 {
+			t.WriteByte('\n')
+		}
+		t.WriteString(r.String())
+	}
+	return []byte(t.String())
 }
 
 func (b *nftBackend) applySets(ctx context.Context, pl *syncPlan, stats *SyncStats, out *outcome) error {
 	p := b.p
 	a := p.applied
 	srcSet := b.fam.name("load-balancer-source")
-	failed := func(e setEntry, add bool, what string, err error) {
+	failed := func(e rules.Member, add bool, what string, err error) {
 		var owners []types.NamespacedName
 		if add {
 			owners = p.index.ownersOfEntry(e)
@@ -307,20 +330,18 @@ func (b *nftBackend) applySets(ctx context.Context, pl *syncPlan, stats *SyncSta
 
 	// Elements that stand for one entry each.
 	var changes []nftChange
-	entryOf := map[string]setEntry{} // change text -> its entry
-	ports := map[srcPort]bool{}      // the source ranges to rewrite
+	entryOf := map[string]rules.Member{}  // change text -> its member
+	ports := map[rules.ServicePort]bool{} // the source ranges to rewrite
 	var srcChanges []setChange
 	for _, c := range pl.sets {
-		if isSourceRangeSet(c.entry.set) {
-			if k, ok := srcPortOfEntry(c.entry.entry); ok {
-				ports[k] = true
-				srcChanges = append(srcChanges, c)
-			}
+		if isSourceRangeSet(c.entry.Set) {
+			ports[c.entry.ServicePort()] = true
+			srcChanges = append(srcChanges, c)
 			continue
 		}
-		set, fields, err := nftElement(c.entry.set, c.entry.entry)
+		set, fields, err := nftElement(c.entry)
 		if err != nil {
-			failed(c.entry, c.add, c.entry.set+" "+c.entry.entry, err)
+			failed(c.entry, c.add, c.entry.Set.String()+" "+c.entry.String(), err)
 			continue
 		}
 		ch := nftChange{add: c.add, set: b.fam.name(set), fields: fields}
@@ -373,7 +394,7 @@ func (b *nftBackend) applySets(ctx context.Context, pl *syncPlan, stats *SyncSta
 				if k, ok := srcPortOfElement(c.fields); ok && c.set == srcSet {
 					badPorts[k] = fmt.Errorf("%s: %w", text, err)
 				} else {
-					out.fail(failure{key: retryKey{kind: retryEntry, entry: setEntry{c.set, text}}, layer: heldBackNFTables,
+					out.fail(failure{key: retryKey{kind: retryElement, text: text}, layer: heldBackNFTables,
 						what: "nftables element " + text, err: err})
 				}
 				continue
@@ -388,9 +409,8 @@ func (b *nftBackend) applySets(ctx context.Context, pl *syncPlan, stats *SyncSta
 	// A port whose elements all landed holds what its entries want; one with a
 	// refusal keeps its applied entries, so its changes are planned again.
 	for _, c := range srcChanges {
-		k, _ := srcPortOfEntry(c.entry.entry)
-		if err := badPorts[k]; err != nil {
-			failed(c.entry, c.add, "source range "+c.entry.entry, err)
+		if err := badPorts[c.entry.ServicePort()]; err != nil {
+			failed(c.entry, c.add, "source range "+c.entry.String(), err)
 			continue
 		}
 		if c.add {
@@ -407,7 +427,7 @@ func (b *nftBackend) applySets(ctx context.Context, pl *syncPlan, stats *SyncSta
 // index wants; a full sync also deletes every element no entry stands for.
 // badPorts are the ports with an entry that makes no element. On a full sync the
 // ports it rewrites are added to ports.
-func (b *nftBackend) sourceRangeChanges(full bool, ports map[srcPort]bool) ([]nftChange, map[srcPort]error) {
+func (b *nftBackend) sourceRangeChanges(full bool, ports map[rules.ServicePort]bool) ([]nftChange, map[rules.ServicePort]error) {
 	p := b.p
 	a := p.applied
 	srcSet := b.fam.name("load-balancer-source")
@@ -430,7 +450,7 @@ func (b *nftBackend) sourceRangeChanges(full bool, ports map[srcPort]bool) ([]nf
 			}
 		}
 	}
-	badPorts := map[srcPort]error{}
+	badPorts := map[rules.ServicePort]error{}
 	for k := range ports {
 		w, errs := nftDesiredElements(b.fam, p.index.sourceRanges(k))
 		if len(errs) > 0 {
@@ -446,9 +466,9 @@ func (b *nftBackend) sourceRangeChanges(full bool, ports map[srcPort]bool) ([]nf
 }
 
 // sourceRanges returns the source range entries the index wants on port k, sorted.
-func (ix *desiredIndex) sourceRanges(k srcPort) []setEntry {
+func (ix *desiredIndex) sourceRanges(k rules.ServicePort) []rules.Member {
 	es := ix.srcRanges[k].UnsortedList()
-	slices.SortFunc(es, func(x, y setEntry) int { return strings.Compare(x.set+" "+x.entry, y.set+" "+y.entry) })
+	slices.SortFunc(es, rules.Compare)
 	return es
 }
 
@@ -456,30 +476,30 @@ func (ix *desiredIndex) sourceRanges(k srcPort) []setEntry {
 // transaction. A rule the kernel refuses is found by bisection and held back
 // alone, as executeIPTables does; when even the empty chain cannot be written the
 // failure is global.
-func (b *nftBackend) writeRules(ctx context.Context, _ []byte, outRules []string, stats *SyncStats, out *outcome) error {
+func (b *nftBackend) writeRules(ctx context.Context, _ []byte, outRules []rules.OutFilter, stats *SyncStats, out *outcome) error {
 	p := b.p
 	rs := countedRuleset{b.rs, stats}
 	chain := b.fam.name(nftOutFilterChain)
-	refuse := func(r string, err error) {
-		out.fail(failure{key: retryKey{kind: retryOutRule, text: r}, layer: heldBackNFTables,
-			what: "nftables rule " + chain + " for " + r, owners: p.index.ownersOfOutRule(r), err: err})
+	refuse := func(r rules.OutFilter, err error) {
+		out.fail(failure{key: retryKey{kind: retryOutRule, out: r}, layer: heldBackNFTables,
+			what: "nftables rule " + chain + " for " + r.String(), owners: p.index.ownersOfOutRule(r), err: err})
 	}
-	rules := map[string]nft.Rule{}
-	var cands []string
+	nftRules := map[rules.OutFilter]nft.Rule{}
+	var cands []rules.OutFilter
 	for _, r := range outRules {
 		nr, err := nftOutFilterRule(b.fam, r)
 		if err != nil {
 			refuse(r, err)
 			continue
 		}
-		rules[r] = nr
+		nftRules[r] = nr
 		cands = append(cands, r)
 	}
-	write := func(list []string) error {
+	write := func(list []rules.OutFilter) error {
 		tx := nft.NewTransaction()
 		tx.FlushChain(chain)
 		for _, r := range list {
-			tx.AddRule(chain, rules[r])
+			tx.AddRule(chain, nftRules[r])
 		}
 		// Not counted in NFTablesOps: every full sync rewrites the chain, which is
 		// not drift (as the iptables chains' rewrite is not).
@@ -494,8 +514,8 @@ func (b *nftBackend) writeRules(ctx context.Context, _ []byte, outRules []string
 			return fmt.Errorf("writing nftables chain %s: %w", chain, err)
 		}
 		good = nil
-		var bisect func(cand []string)
-		bisect = func(cand []string) {
+		var bisect func(cand []rules.OutFilter)
+		bisect = func(cand []rules.OutFilter) {
 			if err := write(append(slices.Clone(good), cand...)); err == nil {
 				good = append(good, cand...)
 				return

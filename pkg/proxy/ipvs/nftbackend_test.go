@@ -554,7 +554,7 @@ func TestNFTEntryIsTheInverseOfNFTElement(t *testing.T) {
 		for base, entries := range byBase {
 			info, _ := nftSetFor(base)
 			for _, entry := range entries {
-				set, fields, err := nftElement(base, entry)
+				set, fields, err := nftElement(member(base, entry))
 				if err != nil || set != info.name {
 					t.Fatalf("%s %q: %s %v", base, entry, set, err)
 				}
@@ -565,7 +565,7 @@ func TestNFTEntryIsTheInverseOfNFTElement(t *testing.T) {
 					}
 					continue
 				}
-				if !ok || got != (setEntry{base, entry}) {
+				if !ok || got != member(base, entry) {
 					t.Errorf("%s %q read back as %v, %v", base, entry, got, ok)
 				}
 				n++

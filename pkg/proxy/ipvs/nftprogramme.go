@@ -15,6 +15,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 
+	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/proxy/ipvs/rules"
 	nft "github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/nftables"
 )
 
@@ -29,7 +30,7 @@ type nftSetInfo struct {
 	// key lists the fields, with "addr" standing for the family's address type.
 	key      []string
 	interval bool
-	from     []string // the ipsets (base names) whose entries become its elements
+	from     []rules.Set // the sets whose members become its elements
 	comment  string
 }
 
@@ -38,29 +39,27 @@ type nftSetInfo struct {
 // ports keep the node address in the key, as upstream's SCTP ipsets do; the source
 // IPs and CIDRs of LoadBalancer source ranges share one interval set.
 var nftSetTable = []nftSetInfo{
-	{"loop-back", []string{"addr", "proto", "port", "addr"}, false, []string{setLoopBack}, "endpoint, protocol, port and the endpoint as source: hairpin traffic"},
-	{"cluster-ip", []string{"addr", "proto", "port"}, false, []string{setClusterIP}, "cluster IP, protocol and port"},
-	{"external-ip", []string{"addr", "proto", "port"}, false, []string{setExternalIP}, "external IP, protocol and port"},
-	{"external-ip-local", []string{"addr", "proto", "port"}, false, []string{setExternalIPLocal}, "external IP, protocol and port with externalTrafficPolicy=Local"},
-	{"load-balancer", []string{"addr", "proto", "port"}, false, []string{setLoadBalancer}, "load-balancer IP, protocol and port"},
-	{"load-balancer-fw", []string{"addr", "proto", "port"}, false, []string{setLoadBalancerFW}, "load-balancer IP, protocol and port with source ranges"},
-	{"load-balancer-local", []string{"addr", "proto", "port"}, false, []string{setLoadBalancerLocal}, "load-balancer IP, protocol and port with externalTrafficPolicy=Local"},
-	{"load-balancer-source", []string{"addr", "proto", "port", "addr"}, true, []string{setLoadBalancerSourceIP, setLoadBalancerSourceCIDR}, "load-balancer IP, protocol, port and an allowed source range"},
-	{"node-port", []string{"proto", "port"}, false, []string{setNodePortTCP, setNodePortUDP}, "TCP and UDP node ports"},
-	{"node-port-local", []string{"proto", "port"}, false, []string{setNodePortLocalTCP, setNodePortLocalUDP}, "TCP and UDP node ports with externalTrafficPolicy=Local"},
-	{"node-port-sctp", []string{"addr", "proto", "port"}, false, []string{setNodePortSCTP}, "node address, protocol and SCTP node port"},
-	{"node-port-local-sctp", []string{"addr", "proto", "port"}, false, []string{setNodePortLocalSCTP}, "node address, protocol and SCTP node port with externalTrafficPolicy=Local"},
-	{"health-check-node-port", []string{"proto", "port"}, false, []string{setHealthCheckNodePort}, "health check node ports"},
-	{"ipvs-ips", []string{"addr"}, false, []string{setIPVSIPs}, "addresses on the IPVS interface"},
+	{"loop-back", []string{"addr", "proto", "port", "addr"}, false, []rules.Set{setLoopBack}, "endpoint, protocol, port and the endpoint as source: hairpin traffic"},
+	{"cluster-ip", []string{"addr", "proto", "port"}, false, []rules.Set{setClusterIP}, "cluster IP, protocol and port"},
+	{"external-ip", []string{"addr", "proto", "port"}, false, []rules.Set{setExternalIP}, "external IP, protocol and port"},
+	{"external-ip-local", []string{"addr", "proto", "port"}, false, []rules.Set{setExternalIPLocal}, "external IP, protocol and port with externalTrafficPolicy=Local"},
+	{"load-balancer", []string{"addr", "proto", "port"}, false, []rules.Set{setLoadBalancer}, "load-balancer IP, protocol and port"},
+	{"load-balancer-fw", []string{"addr", "proto", "port"}, false, []rules.Set{setLoadBalancerFW}, "load-balancer IP, protocol and port with source ranges"},
+	{"load-balancer-local", []string{"addr", "proto", "port"}, false, []rules.Set{setLoadBalancerLocal}, "load-balancer IP, protocol and port with externalTrafficPolicy=Local"},
+	{"load-balancer-source", []string{"addr", "proto", "port", "addr"}, true, []rules.Set{setLoadBalancerSourceIP, setLoadBalancerSourceCIDR}, "load-balancer IP, protocol, port and an allowed source range"},
+	{"node-port", []string{"proto", "port"}, false, []rules.Set{setNodePortTCP, setNodePortUDP}, "TCP and UDP node ports"},
+	{"node-port-local", []string{"proto", "port"}, false, []rules.Set{setNodePortLocalTCP, setNodePortLocalUDP}, "TCP and UDP node ports with externalTrafficPolicy=Local"},
+	{"node-port-sctp", []string{"addr", "proto", "port"}, false, []rules.Set{setNodePortSCTP}, "node address, protocol and SCTP node port"},
+	{"node-port-local-sctp", []string{"addr", "proto", "port"}, false, []rules.Set{setNodePortLocalSCTP}, "node address, protocol and SCTP node port with externalTrafficPolicy=Local"},
+	{"health-check-node-port", []string{"proto", "port"}, false, []rules.Set{setHealthCheckNodePort}, "health check node ports"},
+	{"ipvs-ips", []string{"addr"}, false, []rules.Set{setIPVSIPs}, "addresses on the IPVS interface"},
 }
 
-// nftSetFor returns the nftables set holding an ipset's entries.
-func nftSetFor(base string) (nftSetInfo, bool) {
+// nftSetFor returns the nftables set holding a set's members.
+func nftSetFor(set rules.Set) (nftSetInfo, bool) {
 	for _, s := range nftSetTable {
-		for _, f := range s.from {
-			if f == base {
-				return s, true
-			}
+		if slices.Contains(s.from, set) {
+			return s, true
 		}
 	}
 	return nftSetInfo{}, false
@@ -99,39 +98,31 @@ func (f nftFamily) set(s nftSetInfo) nft.Set {
 	return out
 }
 
-// nftElement turns an ipset entry (the text `ipset save` prints) into the fields
-// of its nftables element.
-func nftElement(base, entry string) (string, []string, error) {
-	s, ok := nftSetFor(base)
+// nftElement is the nftables set holding m and the fields of m's element there.
+func nftElement(m rules.Member) (string, []string, error) {
+	s, ok := nftSetFor(m.Set)
 	if !ok {
-		return "", nil, fmt.Errorf("no nftables set holds ipset %s", base)
+		return "", nil, fmt.Errorf("no nftables set holds members of %s", m.Set)
 	}
-	bad := func() (string, []string, error) {
-		return "", nil, fmt.Errorf("ipset %s: entry %q has not the form of its type", base, entry)
-	}
-	switch base {
+	port := strconv.Itoa(int(m.Port))
+	switch m.Set {
 	case setNodePortTCP, setNodePortLocalTCP:
-		return s.name, []string{"tcp", entry}, nil
+		return s.name, []string{"tcp", port}, nil
 	case setNodePortUDP, setNodePortLocalUDP:
-		return s.name, []string{"udp", entry}, nil
+		return s.name, []string{"udp", port}, nil
 	case setHealthCheckNodePort:
 		// Health checks are served over TCP only.
-		return s.name, []string{"tcp", entry}, nil
+		return s.name, []string{"tcp", port}, nil
 	case setIPVSIPs:
-		return s.name, []string{entry}, nil
+		return s.name, []string{m.IP().String()}, nil
 	}
-	// addr,proto:port[,addr-or-cidr]
-	parts := strings.Split(entry, ",")
-	if len(parts) < 2 || len(parts) > 3 || len(parts) != len(s.key)-1 {
-		return bad()
-	}
-	proto, port, ok := strings.Cut(parts[1], ":")
-	if !ok {
-		return bad()
-	}
-	fields := []string{parts[0], proto, port}
-	if len(parts) == 3 {
-		fields = append(fields, parts[2])
+	fields := []string{m.IP().String(), rules.ProtocolName(m.Proto), port}
+	if src := m.Source(); src.IsValid() {
+		v := src.String()
+		if src.IsSingleIP() {
+			v = src.Addr().String()
+		}
+		fields = append(fields, v)
 	}
 	return s.name, fields, nil
 }
@@ -352,26 +343,19 @@ func nftLocalDetector(f nftFamily, args []string) ([]nft.Stmt, error) {
 	return nil, fmt.Errorf("local traffic detector %q: not a form this backend knows", strings.Join(args, " "))
 }
 
-// nftOutFilterRule turns a KUBE-IPVS-OUT-FILTER rule body ("-s IP -m ipvs --vaddr
-// IP --vproto PROTO --vport PORT -j DROP": the node may not reach its own
+// nftOutFilterRule turns an out-filter rule (the node may not reach its own
 // LoadBalancer address when the node is not an allowed source) into a rule on the
 // connection's original destination, which IPVS keeps in conntrack.
-func nftOutFilterRule(f nftFamily, body string) (nft.Rule, error) {
-	w := strings.Fields(body)
-	if len(w) != 12 || w[0] != "-s" || w[2] != "-m" || w[3] != "ipvs" || w[4] != "--vaddr" || w[6] != "--vproto" || w[8] != "--vport" || w[10] != "-j" || w[11] != "DROP" {
-		return nft.Rule{}, fmt.Errorf("out-filter rule %q: not a form this backend knows", body)
-	}
-	src, err1 := netip.ParseAddr(w[1])
-	vaddr, err2 := netip.ParseAddr(w[5])
-	port, err3 := strconv.ParseUint(w[9], 10, 16)
-	proto, err4 := nft.ProtoNumber(w[7])
-	if err1 != nil || err2 != nil || err3 != nil || err4 != nil || src.Is6() != f.ipv6 || vaddr.Is6() != f.ipv6 {
-		return nft.Rule{}, fmt.Errorf("out-filter rule %q: bad address, protocol or port", body)
+func nftOutFilterRule(f nftFamily, r rules.OutFilter) (nft.Rule, error) {
+	src, vaddr := rules.AddrOf(r.Source), rules.AddrOf(r.VAddr)
+	proto, err := nft.ProtoNumber(rules.ProtocolName(r.Proto))
+	if err != nil || src.Is6() != f.ipv6 || vaddr.Is6() != f.ipv6 {
+		return nft.Rule{}, fmt.Errorf("out-filter rule %q: bad address family or protocol", r)
 	}
 	return nft.Rule{Stmts: []nft.Stmt{
 		nft.AddrIn{Field: f.saddr, Prefix: netip.PrefixFrom(src, src.BitLen())},
 		nft.L4ProtoIs{Proto: proto},
-		nft.CTOriginal{Daddr: vaddr, Port: uint16(port)},
+		nft.CTOriginal{Daddr: vaddr, Port: r.Port},
 		nft.DropVerdict,
 	}}, nil
 }

@@ -2,19 +2,20 @@ package ipvs
 
 import (
 	"context"
+	"net/netip"
 	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
-
 	v1 "k8s.io/api/core/v1"
 
+	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/proxy/ipvs/rules"
 	nft "github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/nftables"
 )
 
 // nftSampleEntries holds one ipset entry of every set, per family, in the text
 // `ipset save` prints (what the proxier's desired state holds).
-var nftSampleEntries = map[v1.IPFamily]map[string][]string{
+var nftSampleEntries = map[v1.IPFamily]map[rules.Set][]string{
 	v1.IPv4Protocol: {
 		setLoopBack:               {"10.244.0.5,tcp:8080,10.244.0.5"},
 		setClusterIP:              {"10.96.0.1,tcp:443", "10.96.0.10,udp:53"},
@@ -48,7 +49,7 @@ var nftSampleEntries = map[v1.IPFamily]map[string][]string{
 func nftProgrammeInputs() []*rulesInput {
 	return []*rulesInput{
 		{family: v1.IPv4Protocol, masqueradeMark: "0x004000", localDetectorArgs: []string{"!", "-s", "10.244.0.0/16"},
-			outFilterRules: []string{"-s 192.0.2.10 -m ipvs --vaddr 192.0.2.10 --vproto tcp --vport 80 -j DROP"}},
+			outFilterRules: []rules.OutFilter{outFilter("192.0.2.10", rules.TCP, 80)}},
 		{family: v1.IPv6Protocol, masqueradeMark: "0x004000", localDetectorArgs: []string{"!", "-i", "cni+"}},
 	}
 }
@@ -68,7 +69,7 @@ func loadNFTProgramme(t *testing.T, r nft.Ruleset) {
 		f.writeAlive(tx, minNFTLiveness)
 		for base, entries := range nftSampleEntries[in.family] {
 			for _, e := range entries {
-				set, fields, err := nftElement(base, e)
+				set, fields, err := nftElement(member(base, e))
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -125,18 +126,12 @@ func TestNFTProgrammeLoads(t *testing.T) {
 }
 
 func TestNFTElementRefusesMalformedEntries(t *testing.T) {
-	for _, c := range []struct{ base, entry string }{
-		{setClusterIP, "10.96.0.1"},
-		{setClusterIP, "10.96.0.1,tcp"},
-		{setLoopBack, "10.96.0.1,tcp:80"},
-		{"KUBE-NOSUCH", "1"},
-	} {
-		if _, _, err := nftElement(c.base, c.entry); err == nil {
-			t.Errorf("%s %q was accepted", c.base, c.entry)
-		}
+	if _, _, err := nftElement(rules.Member{Set: 99, Port: 1}); err == nil {
+		t.Errorf("a member of no set was accepted")
 	}
-	if _, err := nftOutFilterRule(newNFTFamily(v1.IPv4Protocol), "-s 192.0.2.10 -j DROP"); err == nil {
-		t.Errorf("an unknown out-filter rule was accepted")
+	v6 := rules.Addr16(netip.MustParseAddr("fd00::1"))
+	if _, err := nftOutFilterRule(newNFTFamily(v1.IPv4Protocol), rules.OutFilter{Source: v6, VAddr: v6, Proto: rules.TCP, Port: 80}); err == nil {
+		t.Errorf("an IPv6 out-filter rule was accepted for IPv4")
 	}
 	if _, err := nftLocalDetector(newNFTFamily(v1.IPv6Protocol), []string{"!", "-s", "10.0.0.0/8"}); err == nil {
 		t.Errorf("an IPv4 detector CIDR was accepted for IPv6")

@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/proxy/ipvs/rules"
 	nft "github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/nftables"
 )
 
@@ -25,15 +26,15 @@ func (e nftElements) add(set string, fields []string) {
 	e[set][strings.Join(fields, " . ")] = fields
 }
 
-// nftDesiredElements turns ipset entries (base set name and entry text) into the
-// elements of family f's sets. An entry that cannot be turned is reported and
-// left out; the others are not affected.
-func nftDesiredElements(f nftFamily, entries []setEntry) (nftElements, []error) {
+// nftDesiredElements turns set members into the elements of family f's sets. A
+// member that cannot be turned is reported and left out; the others are not
+// affected.
+func nftDesiredElements(f nftFamily, entries []rules.Member) (nftElements, []error) {
 	out := nftElements{}
 	var errs []error
 	var sources [][]string
 	for _, e := range entries {
-		set, fields, err := nftElement(e.set, e.entry)
+		set, fields, err := nftElement(e)
 		if err != nil {
 			errs = append(errs, err)
 			continue

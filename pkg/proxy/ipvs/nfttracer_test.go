@@ -55,7 +55,7 @@ func (e *testEnv) nftTracer() *nftTracer {
 			continue
 		}
 		for _, entry := range s.Entries {
-			set, fields, err := nftElement(base, entry)
+			set, fields, err := nftElement(member(base, entry))
 			if err != nil {
 				t.Fatal(err)
 			}

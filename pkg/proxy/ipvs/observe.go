@@ -11,6 +11,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/sets"
 
+	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/proxy/ipvs/rules"
 	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/ipfamily"
 	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/ipset"
 	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/ipvs"
@@ -103,7 +104,7 @@ func (p *Proxier) excluded(ip net.IP) bool {
 func (p *Proxier) observe(ctx context.Context, ipvsH ipvs.Interface, nl netlink.Handle, stats *SyncStats) (*appliedState, error) {
 	st := &appliedState{
 		vs:      map[vsKey]*appliedVS{},
-		entries: sets.New[setEntry](),
+		entries: sets.New[rules.Member](),
 		addrs:   sets.New[string](),
 		sets:    map[string]*ipset.Set{},
 	}
@@ -164,7 +165,13 @@ func (p *Proxier) observeIPSets(ctx context.Context, st *appliedState, stats *Sy
 		hdr := s.Set
 		st.sets[name] = &hdr
 		for _, e := range s.Entries {
-			st.entries.Insert(setEntry{base, e})
+			m, err := parseIPSetEntry(base, e)
+			if err != nil {
+				// Not a member this set's type can hold: the set is replaced.
+				p.logger.V(2).Info("Unreadable ipset member", "set", name, "err", err)
+				continue
+			}
+			st.entries.Insert(m)
 		}
 	}
 	return nil

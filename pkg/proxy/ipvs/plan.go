@@ -8,6 +8,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/proxy/ipvs/rules"
 	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/ipvs"
 )
 
@@ -42,7 +43,7 @@ type syncPlan struct {
 
 // setChange adds or deletes one ipset member.
 type setChange struct {
-	entry setEntry
+	entry rules.Member
 	add   bool
 }
 
@@ -246,12 +247,7 @@ func sameList(a, b []desiredRS) bool {
 	return len(a) == len(b) && (len(a) == 0 || &a[0] == &b[0])
 }
 
-func compareSetChanges(x, y setChange) int {
-	if x.entry.set != y.entry.set {
-		return strings.Compare(x.entry.set, y.entry.set)
-	}
-	return strings.Compare(x.entry.entry, y.entry.entry)
-}
+func compareSetChanges(x, y setChange) int { return rules.Compare(x.entry, y.entry) }
 
 // String prints the plan, one write per line, for V(4) logs and tests.
 func (pl *syncPlan) String() string {
@@ -261,13 +257,13 @@ func (pl *syncPlan) String() string {
 		if s.add {
 			op = "add"
 		}
-		fmt.Fprintf(&b, "ipset %s %s %s\n", op, s.entry.set, s.entry.entry)
+		fmt.Fprintf(&b, "set %s %s %s\n", op, s.entry.Set, s.entry)
 	}
 	for _, a := range pl.binds {
 		fmt.Fprintf(&b, "bind %s\n", a)
 	}
 	if pl.iptables != nil {
-		fmt.Fprintf(&b, "iptables-restore (%d bytes)\n", len(pl.iptables))
+		fmt.Fprintf(&b, "rules (%d bytes)\n", len(pl.iptables))
 	}
 	for _, a := range pl.quiet {
 		fmt.Fprintf(&b, "quiet %s while schedulers change\n", a)

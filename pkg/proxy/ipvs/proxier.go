@@ -22,6 +22,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/proxy"
+	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/proxy/ipvs/rules"
 	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/async"
 	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/conntrack"
 	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/ipset"
@@ -151,7 +152,7 @@ type Proxier struct {
 	syncRunner           *async.BoundedFrequencyRunner
 
 	names   setNames
-	reverse map[string]string // family set name -> base name
+	reverse map[string]rules.Set // family set name -> set
 	index   *desiredIndex
 	// svcPorts are the port names of every Service with ports in this family, as
 	// the service tracker reports them.
@@ -331,7 +332,7 @@ func NewProxier(ctx context.Context, opts Options, kernel Kernel, clk clock.Cloc
 	if p.rules, err = newRulesBackend(p, opts, kernel); err != nil {
 		return nil, err
 	}
-	p.reverse = make(map[string]string, len(p.names))
+	p.reverse = make(map[string]rules.Set, len(p.names))
 	for base, n := range p.names {
 		p.reverse[n] = base
 	}

@@ -4,6 +4,8 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/util/sets"
+
+	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/proxy/ipvs/rules"
 )
 
 // A periodic resync reads what the kernel holds (every virtual server and real server,
@@ -30,11 +32,11 @@ type resyncRead struct {
 // journal lists the keys written since a resync read began.
 type journal struct {
 	vs      sets.Set[vsKey]
-	entries sets.Set[setEntry]
+	entries sets.Set[rules.Member]
 	addrs   sets.Set[string]
-	// rewritten are the sets (base names) whose headers and members were rewritten
-	// whole (resized).
-	rewritten sets.Set[string]
+	// rewritten are the sets whose headers and members were rewritten whole
+	// (resized).
+	rewritten sets.Set[rules.Set]
 }
 
 // notePlan records the keys a sync's plan writes (nil journal: no read in flight).
@@ -64,7 +66,7 @@ func (j *journal) noteVS(k vsKey) {
 	}
 }
 
-func (j *journal) noteSetRewrite(base string) {
+func (j *journal) noteSetRewrite(base rules.Set) {
 	if j != nil {
 		j.rewritten.Insert(base)
 	}
@@ -100,12 +102,12 @@ func (j *journal) correct(snap, applied *appliedState) {
 	}
 	for base := range j.rewritten {
 		for e := range snap.entries {
-			if e.set == base {
+			if e.Set == base {
 				snap.entries.Delete(e)
 			}
 		}
 		for e := range applied.entries {
-			if e.set == base {
+			if e.Set == base {
 				snap.entries.Insert(e)
 			}
 		}
@@ -123,7 +125,7 @@ func (j *journal) correct(snap, applied *appliedState) {
 func (p *Proxier) startResync() {
 	r := &resyncRead{done: make(chan struct{}), started: p.clock.Now()}
 	p.resync = r
-	p.journal = &journal{vs: sets.New[vsKey](), entries: sets.New[setEntry](), addrs: sets.New[string](), rewritten: sets.New[string]()}
+	p.journal = &journal{vs: sets.New[vsKey](), entries: sets.New[rules.Member](), addrs: sets.New[string](), rewritten: sets.New[rules.Set]()}
 	ipvsH, nl := p.kernel.IPVS, p.kernel.Netlink
 	if p.kernel.Reader != nil {
 		ipvsH, nl = p.kernel.Reader.IPVS, p.kernel.Reader.Netlink

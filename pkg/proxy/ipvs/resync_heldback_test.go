@@ -192,7 +192,7 @@ func TestWaitingServiceNotRepairedByAResync(t *testing.T) {
 				t.Fatal(err)
 			}
 			e.clock.Step(e.opts.SyncPeriod / 2) // the member's retry is due in 1 s
-			e.p.retries[retryKey{kind: retryEntry, entry: setEntry{setExternalIP, "192.0.2.99,tcp:80"}}].next = e.clock.Now().Add(time.Hour)
+			e.p.retries[retryKey{kind: retryEntry, entry: member(setExternalIP, "192.0.2.99,tcp:80")}].next = e.clock.Now().Add(time.Hour)
 			e.clock.Step(e.opts.SyncPeriod)
 			st := e.mustSync()
 			if !st.Full {
@@ -205,7 +205,7 @@ func TestWaitingServiceNotRepairedByAResync(t *testing.T) {
 				t.Errorf("drift repairs %v, want none (the one drift belongs to a held-back Service)", r)
 			}
 			e.ipset.InjectError = nil
-			e.p.retries[retryKey{kind: retryEntry, entry: setEntry{setExternalIP, "192.0.2.99,tcp:80"}}].next = e.clock.Now()
+			e.p.retries[retryKey{kind: retryEntry, entry: member(setExternalIP, "192.0.2.99,tcp:80")}].next = e.clock.Now()
 			e.mustSync()
 			want := "TCP  10.96.0.99:80 rr\n  -> 10.244.9.9:80 Masq 1 0 0\nTCP  192.0.2.99:80 rr\n  -> 10.244.9.9:80 Masq 1 0 0\n"
 			if d := e.ipvs.Dump(); d != want {

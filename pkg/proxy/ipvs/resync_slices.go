@@ -4,6 +4,8 @@ import (
 	"iter"
 	"maps"
 	"time"
+
+	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/proxy/ipvs/rules"
 )
 
 // A periodic resync compares every key the index wants and every key the read found
@@ -44,9 +46,9 @@ func newResyncSlicer(ix *desiredIndex, a *appliedState, ag agreement, n int) *re
 	walk := func(yield func(struct{}) bool) {
 		w := &walker{n: n, yield: yield, compared: &s.compared}
 		addVS := func(k vsKey) { s.t.vs.Insert(k) }
-		addEntry := func(e setEntry) { s.t.entries.Insert(e) }
+		addEntry := func(e rules.Member) { s.t.entries.Insert(e) }
 		addAddr := func(addr string) { s.t.addrs.Insert(addr) }
-		agreed := func(e setEntry) bool { return ag.sets[e.set] }
+		agreed := func(e rules.Member) bool { return ag.sets[e.Set] }
 		// Every virtual server the index wants; the applied side only for what the
 		// index does not want (now): a key both hold was compared on the index side.
 		if !walkKeys(w, maps.Keys(ix.vs), nil, nil, addVS) ||
@@ -61,8 +63,8 @@ func newResyncSlicer(ix *desiredIndex, a *appliedState, ag agreement, n int) *re
 			return
 		}
 		if (!ag.addrs || !ag.sets[setIPVSIPs]) && !walkKeys(w, maps.Keys(ix.bindRefs), nil,
-			func(addr string) bool { return a.addrs.Has(addr) && a.entries.Has(setEntry{setIPVSIPs, addr}) },
-			func(addr string) { addAddr(addr); addEntry(setEntry{setIPVSIPs, addr}) }) {
+			func(addr string) bool { return a.addrs.Has(addr) && a.entries.Has(ipvsIPMember(addr)) },
+			func(addr string) { addAddr(addr); addEntry(ipvsIPMember(addr)) }) {
 			return
 		}
 		if walkSets && !walkKeys(w, maps.Keys(a.entries), agreed, ix.hasEntry, addEntry) {

@@ -9,6 +9,8 @@ import (
 	"unicode/utf8"
 
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/proxy/ipvs/rules"
 )
 
 // Reasons an object is held back (the reason label of kubeproxy_ipvs_held_back_objects
@@ -31,14 +33,18 @@ const (
 	retryEntry
 	retryAddr
 	retryOutRule
+	// retryElement is an nftables element no member stands for (someone else's)
+	// that could not be deleted: the next full sync deletes it again.
+	retryElement
 )
 
 // retryKey names one kernel object whose write failed.
 type retryKey struct {
 	kind  retryKind
 	vs    vsKey
-	entry setEntry
-	text  string // the address, or the out-filter rule
+	entry rules.Member
+	out   rules.OutFilter
+	text  string // the address, or the element someone else made
 }
 
 // retryState is the backoff of one failed object: retried after delay, which starts at
@@ -114,14 +120,14 @@ func (t *touched) setRetryKey(k retryKey, in bool) {
 
 // heldOutRules returns the out-filter rules whose retry is not due: they stay out of
 // the iptables text until then, so a refused rule does not cost a bisection per sync.
-func (p *Proxier) heldOutRules(now time.Time) map[string]bool {
-	var held map[string]bool
+func (p *Proxier) heldOutRules(now time.Time) map[rules.OutFilter]bool {
+	var held map[rules.OutFilter]bool
 	for k, r := range p.retries {
 		if k.kind == retryOutRule && now.Before(r.next) {
 			if held == nil {
-				held = map[string]bool{}
+				held = map[rules.OutFilter]bool{}
 			}
-			held[k.text] = true
+			held[k.out] = true
 		}
 	}
 	return held
@@ -153,7 +159,7 @@ func (p *Proxier) recordOutcome(now time.Time, t *touched, out *outcome) time.Du
 		}
 		r.next = now.Add(r.delay)
 	}
-	written := map[string]bool{}
+	written := map[rules.OutFilter]bool{}
 	for _, r := range out.writtenRules {
 		written[r] = true
 	}
@@ -170,7 +176,9 @@ func (p *Proxier) recordOutcome(now time.Time, t *touched, out *outcome) time.Du
 		case retryAddr:
 			done = t.addrs.Has(k.text)
 		case retryOutRule:
-			done = written[k.text] || p.index.outRefs[k.text] == 0
+			done = written[k.out] || p.index.outRefs[k.out] == 0
+		case retryElement:
+			done = !now.Before(p.retries[k].next)
 		}
 		if done {
 			if r := p.retries[k]; r.attempts > 0 {

@@ -1,33 +1,38 @@
 package ipvs
 
 import (
+	"fmt"
+	"net/netip"
+	"strconv"
 	"strings"
 
 	v1 "k8s.io/api/core/v1"
 
+	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/proxy/ipvs/rules"
 	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/ipset"
 )
 
-// The ipsets upstream kube-proxy's ipvs mode programs. Names and comments are part of
-// the compatibility promise: operators' tooling and upstream's own cleanup know them.
+// The ipsets upstream kube-proxy's ipvs mode programs (rules.Set names them). Names
+// and comments are part of the compatibility promise: operators' tooling and
+// upstream's own cleanup know them.
 const (
-	setLoopBack               = "KUBE-LOOP-BACK"
-	setClusterIP              = "KUBE-CLUSTER-IP"
-	setExternalIP             = "KUBE-EXTERNAL-IP"
-	setExternalIPLocal        = "KUBE-EXTERNAL-IP-LOCAL"
-	setLoadBalancer           = "KUBE-LOAD-BALANCER"
-	setLoadBalancerFW         = "KUBE-LOAD-BALANCER-FW"
-	setLoadBalancerLocal      = "KUBE-LOAD-BALANCER-LOCAL"
-	setLoadBalancerSourceIP   = "KUBE-LOAD-BALANCER-SOURCE-IP"
-	setLoadBalancerSourceCIDR = "KUBE-LOAD-BALANCER-SOURCE-CIDR"
-	setNodePortTCP            = "KUBE-NODE-PORT-TCP"
-	setNodePortLocalTCP       = "KUBE-NODE-PORT-LOCAL-TCP"
-	setNodePortUDP            = "KUBE-NODE-PORT-UDP"
-	setNodePortLocalUDP       = "KUBE-NODE-PORT-LOCAL-UDP"
-	setNodePortSCTP           = "KUBE-NODE-PORT-SCTP-HASH"
-	setNodePortLocalSCTP      = "KUBE-NODE-PORT-LOCAL-SCTP-HASH"
-	setHealthCheckNodePort    = "KUBE-HEALTH-CHECK-NODE-PORT"
-	setIPVSIPs                = "KUBE-IPVS-IPS"
+	setLoopBack               = rules.LoopBack
+	setClusterIP              = rules.ClusterIP
+	setExternalIP             = rules.ExternalIP
+	setExternalIPLocal        = rules.ExternalIPLocal
+	setLoadBalancer           = rules.LoadBalancer
+	setLoadBalancerFW         = rules.LoadBalancerFW
+	setLoadBalancerLocal      = rules.LoadBalancerLocal
+	setLoadBalancerSourceIP   = rules.LoadBalancerSourceIP
+	setLoadBalancerSourceCIDR = rules.LoadBalancerSourceCIDR
+	setNodePortTCP            = rules.NodePortTCP
+	setNodePortLocalTCP       = rules.NodePortLocalTCP
+	setNodePortUDP            = rules.NodePortUDP
+	setNodePortLocalUDP       = rules.NodePortLocalUDP
+	setNodePortSCTP           = rules.NodePortSCTP
+	setNodePortLocalSCTP      = rules.NodePortLocalSCTP
+	setHealthCheckNodePort    = rules.HealthCheckNodePort
+	setIPVSIPs                = rules.IPVSIPs
 	ipsetHashSize             = 1024
 	ipsetMaxElem              = 65536
 	ipsetNameMaxLen           = 31
@@ -37,7 +42,7 @@ const (
 
 // setInfo is one row of the ipset table.
 type setInfo struct {
-	name    string
+	name    rules.Set
 	setType ipset.Type
 	comment string // also used as the iptables rule comment
 }
@@ -63,9 +68,9 @@ var ipsetTable = []setInfo{
 	{setIPVSIPs, ipset.HashIP, "Addresses on the ipvs interface"},
 }
 
-// setNames maps a set's base (IPv4) name to its name in one family: IPv6 sets are
-// KUBE-6-..., cut to ipset's 31-character limit as upstream does.
-type setNames map[string]string
+// setNames maps a set to its ipset name in one family: IPv6 sets are KUBE-6-..., cut
+// to ipset's 31-character limit as upstream does.
+type setNames map[rules.Set]string
 
 func newSetNames(family v1.IPFamily) setNames {
 	names := make(setNames, len(ipsetTable))
@@ -75,11 +80,11 @@ func newSetNames(family v1.IPFamily) setNames {
 	return names
 }
 
-func familySetName(base string, family v1.IPFamily) string {
+func familySetName(set rules.Set, family v1.IPFamily) string {
 	if family != v1.IPv6Protocol {
-		return base
+		return set.String()
 	}
-	name := ipv6SetPrefix + strings.TrimPrefix(base, upstreamSetPrefix)
+	name := ipv6SetPrefix + strings.TrimPrefix(set.String(), upstreamSetPrefix)
 	if len(name) > ipsetNameMaxLen {
 		name = name[:ipsetNameMaxLen]
 	}
@@ -105,11 +110,91 @@ func setSpecs(family v1.IPFamily) []*ipset.Set {
 	return specs
 }
 
-func setComment(base string) string {
+func setComment(set rules.Set) string {
 	for _, s := range ipsetTable {
-		if s.name == base {
+		if s.name == set {
 			return s.comment
 		}
 	}
 	return ""
+}
+
+// ipsetEntry is m in the text form `ipset save` prints: "10.96.0.1,tcp:80",
+// "10.96.0.1,tcp:80,10.244.0.0/16" (a host-length source without its length),
+// "30080", "10.96.0.1".
+func ipsetEntry(m rules.Member) string {
+	port := strconv.Itoa(int(m.Port))
+	switch m.Set.Shape() {
+	case rules.ShapeAddr:
+		return m.IP().String()
+	case rules.ShapePort:
+		return port
+	}
+	e := m.IP().String() + "," + rules.ProtocolName(m.Proto) + ":" + port
+	if src := m.Source(); src.IsValid() {
+		if src.IsSingleIP() {
+			return e + "," + src.Addr().String()
+		}
+		return e + "," + src.String()
+	}
+	return e
+}
+
+// parseIPSetEntry reads a member of set from the text ipset prints for it.
+func parseIPSetEntry(set rules.Set, text string) (rules.Member, error) {
+	bad := func() (rules.Member, error) {
+		return rules.Member{}, fmt.Errorf("ipset %s: entry %q has not the form of its type", set, text)
+	}
+	switch set.Shape() {
+	case rules.ShapeAddr:
+		a, err := netip.ParseAddr(text)
+		if err != nil {
+			return bad()
+		}
+		return rules.AddrMember(set, a.Unmap()), nil
+	case rules.ShapePort:
+		port, err := strconv.ParseUint(text, 10, 16)
+		if err != nil {
+			return bad()
+		}
+		return rules.PortMember(set, uint16(port)), nil
+	}
+	parts := strings.Split(text, ",")
+	want := 2
+	if set.Shape() != rules.ShapeAddrPort {
+		want = 3
+	}
+	if len(parts) != want {
+		return bad()
+	}
+	a, err := netip.ParseAddr(parts[0])
+	protoText, portText, ok := strings.Cut(parts[1], ":")
+	port, perr := strconv.ParseUint(portText, 10, 16)
+	proto := rules.ProtocolNumber(protoText)
+	if err != nil || !ok || perr != nil || proto == 0 {
+		return bad()
+	}
+	m := rules.ServiceMember(set, a.Unmap(), proto, uint16(port))
+	if want == 2 {
+		return m, nil
+	}
+	src, err := netip.ParsePrefix(parts[2])
+	if err != nil {
+		sa, aerr := netip.ParseAddr(parts[2])
+		if aerr != nil {
+			return bad()
+		}
+		src = netip.PrefixFrom(sa.Unmap(), sa.Unmap().BitLen())
+	}
+	if set.Shape() == rules.ShapeAddrPortSource && !src.IsSingleIP() {
+		return bad()
+	}
+	return rules.SourceMember(set, a.Unmap(), proto, uint16(port), src), nil
+}
+
+// outFilterRuleText is an out-filter rule as the body of a KUBE-IPVS-OUT-FILTER
+// iptables rule.
+func outFilterRuleText(r rules.OutFilter) string {
+	return "-s " + rules.AddrOf(r.Source).String() + " -m ipvs --vaddr " + rules.AddrOf(r.VAddr).String() +
+		" --vproto " + rules.ProtocolName(r.Proto) + " --vport " + strconv.Itoa(int(r.Port)) + " -j DROP"
 }

@@ -3,8 +3,9 @@ package ipvs
 import (
 	"context"
 	"fmt"
-	"sort"
+	"slices"
 
+	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/proxy/ipvs/rules"
 	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/ipset"
 	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/iptables"
 )
@@ -77,33 +78,42 @@ func (p *Proxier) growSets(ctx context.Context, stats *SyncStats) error {
 	return nil
 }
 
-// desiredEntries lists the members the index wants in one set (base name), sorted.
-func (p *Proxier) desiredEntries(base string) []string {
-	var entries []string
-	if base == setIPVSIPs {
+// desiredEntries lists the members the index wants in one set, sorted.
+func (p *Proxier) desiredEntries(set rules.Set) []rules.Member {
+	var entries []rules.Member
+	if set == setIPVSIPs {
 		for a := range p.index.bindRefs {
-			entries = append(entries, a)
+			entries = append(entries, ipvsIPMember(a))
 		}
 	}
 	for e := range p.index.setRefs {
-		if e.set == base {
-			entries = append(entries, e.entry)
+		if e.Set == set {
+			entries = append(entries, e)
 		}
 	}
-	sort.Strings(entries)
+	slices.SortFunc(entries, rules.Compare)
 	return entries
 }
 
-// setAppliedEntries records that the kernel's set base holds exactly entries.
-func (p *Proxier) setAppliedEntries(base string, entries []string) {
+// setAppliedEntries records that the kernel's set holds exactly entries.
+func (p *Proxier) setAppliedEntries(set rules.Set, entries []rules.Member) {
 	for e := range p.applied.entries {
-		if e.set == base {
+		if e.Set == set {
 			p.applied.entries.Delete(e)
 		}
 	}
 	for _, e := range entries {
-		p.applied.entries.Insert(setEntry{base, e})
+		p.applied.entries.Insert(e)
 	}
+}
+
+// ipsetEntries is members in the text form of ipset.
+func ipsetEntries(members []rules.Member) []string {
+	out := make([]string, len(members))
+	for i, m := range members {
+		out[i] = ipsetEntry(m)
+	}
+	return out
 }
 
 // resizeSet gives a set the maxelem of spec, filled with the members the index
@@ -112,7 +122,7 @@ func (p *Proxier) setAppliedEntries(base string, entries []string) {
 func (p *Proxier) resizeSet(ctx context.Context, spec *ipset.Set, stats *SyncStats) error {
 	base := p.reverse[spec.Name]
 	entries := p.desiredEntries(base)
-	tx := ipset.Resize(spec, entries)
+	tx := ipset.Resize(spec, ipsetEntries(entries))
 	stats.count(opIPSetRestore)
 	stats.IPSetOps += tx.Len()
 	if err := p.kernel.IPSet.Apply(ctx, tx); err != nil {
@@ -132,7 +142,7 @@ func (p *Proxier) resizeSet(ctx context.Context, spec *ipset.Set, stats *SyncSta
 func (p *Proxier) replaceSet(ctx context.Context, spec *ipset.Set, stats *SyncStats) error {
 	base := p.reverse[spec.Name]
 	entries := p.desiredEntries(base)
-	r := ipset.NewReplacement(spec, entries)
+	r := ipset.NewReplacement(spec, ipsetEntries(entries))
 	if err := p.kernel.IPSet.Apply(ctx, r.Stage1()); err != nil {
 		return fmt.Errorf("preparing replacement %s for ipset %s: %w", r.Temp, spec.Name, err)
 	}

@@ -3,13 +3,13 @@ package ipvs
 import (
 	"context"
 	"slices"
-	"sort"
 	"time"
 
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
 
 	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/proxy"
+	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/proxy/ipvs/rules"
 	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/ipset"
 	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/ipvs"
 )
@@ -18,7 +18,7 @@ import (
 // the kernel on a full sync, then kept up to date with every successful write.
 type appliedState struct {
 	vs       map[vsKey]*appliedVS
-	entries  sets.Set[setEntry]
+	entries  sets.Set[rules.Member]
 	addrs    sets.Set[string]
 	iptables []byte
 	sets     map[string]*ipset.Set // family name -> header, of the sets that exist
@@ -289,14 +289,14 @@ func (p *Proxier) buildService(name types.NamespacedName) *serviceState {
 
 // outFilterRules lists the KUBE-IPVS-OUT-FILTER rules Services want, less those held
 // back until their retry is due.
-func (p *Proxier) outFilterRules(held map[string]bool) []string {
-	out := make([]string, 0, len(p.index.outRefs))
+func (p *Proxier) outFilterRules(held map[rules.OutFilter]bool) []rules.OutFilter {
+	out := make([]rules.OutFilter, 0, len(p.index.outRefs))
 	for r := range p.index.outRefs {
 		if !held[r] {
 			out = append(out, r)
 		}
 	}
-	sort.Strings(out)
+	slices.SortFunc(out, rules.CompareOutFilters)
 	return out
 }
 

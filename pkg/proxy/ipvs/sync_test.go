@@ -628,12 +628,12 @@ func TestIPSetGrowsPast65536(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		entries, err := e.ipset.ListEntries(t.Context(), setLoopBack)
+		entries, err := e.ipset.ListEntries(t.Context(), setLoopBack.String())
 		if err != nil {
 			t.Fatal(err)
 		}
 		for _, s := range sets {
-			if s.Name == setLoopBack {
+			if s.Name == setLoopBack.String() {
 				return s.MaxElem, len(entries)
 			}
 		}
