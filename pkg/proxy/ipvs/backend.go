@@ -2,148 +2,196 @@ package ipvs
 
 import (
 	"context"
+	"errors"
 	"fmt"
-	"sort"
+	"strings"
 
 	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/proxy/ipvs/rules"
-	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/ipset"
-	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/iptables"
+	iptablesrules "github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/proxy/ipvs/rules/iptables"
+	nftrules "github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/proxy/ipvs/rules/nftables"
+	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/proxy/metrics"
 	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/nftables"
 )
 
-// The rules backends (--ipvs-rules-backend, issue 16). IPVS and kube-ipvs0 are
-// programmed the same way whichever is chosen; what differs is where the sets of
-// service addresses and ports live and how the rules that masquerade, filter and
-// accept service traffic are written: ipsets and iptables chains (upstream's ipvs
-// mode, the default) or one nftables table (nftbackend.go). A sync reaches them only
-// through rulesBackend, at the stages where it used to call ipset and iptables.
+// The rules backends (--ipvs-rules-backend). IPVS and kube-ipvs0 are programmed the
+// same way whichever is chosen; what differs is where the sets of service addresses
+// and ports live and how the rules that masquerade, filter and accept service
+// traffic are written: ipsets and iptables chains (upstream's ipvs mode, the
+// default) or one nftables table. A backend is a package implementing
+// rules.Backend; a sync reaches it only through the rule steps of its plan.
 const (
-	RulesBackendIPTables = "iptables"
-	RulesBackendNFTables = "nftables"
+	RulesBackendIPTables = iptablesrules.Name
+	RulesBackendNFTables = nftrules.Name
 )
 
+// backends are the rules backends, the default first: adding one is a line here.
+var backends = []rules.Registration{iptablesrules.Registration, nftrules.Registration}
+
 // RulesBackends are the values --ipvs-rules-backend accepts.
-var RulesBackends = []string{RulesBackendIPTables, RulesBackendNFTables}
+var RulesBackends = func() []string {
+	var names []string
+	for _, r := range backends {
+		names = append(names, r.Name)
+	}
+	return names
+}()
 
 // NFTRulesTable is the table of the nftables backend, for Kernel.NFTRules and
 // CleanupKernel.NFTRules.
-func NFTRulesTable() nftables.Table { return nftTable }
+func NFTRulesTable() nftables.Table { return nftrules.Table() }
 
-// rulesBackend is what a sync asks of the rules beside IPVS. Set members are
-// handled as ipset entries of the base sets (setEntry) on both sides: that is what
-// the desired index holds and what the plan diffs; a backend translates them.
-type rulesBackend interface {
-	// observeSets reads the members the kernel's sets hold into st (full syncs).
-	// It may run beside the sync loop (resync.go), so it reads only what does not
-	// change after construction.
-	observeSets(ctx context.Context, st *appliedState, stats *SyncStats) error
-	// prepare makes the sets exist as they must, before a full sync plans.
-	prepare(ctx context.Context, stats *SyncStats) error
-	// grow makes room for the members a partial sync is about to write.
-	grow(ctx context.Context, stats *SyncStats) error
-	// rulesText is what the rules are with outRules in KUBE-IPVS-OUT-FILTER; the plan
-	// writes them when it differs from what was last written (applied.iptables), and
-	// on every full sync.
-	rulesText(outRules []rules.OutFilter) []byte
-	// applySets writes the plan's member changes. A member the kernel refuses is
-	// recorded in out (held back with its Services) and the others are written; the
-	// error is for failures no member explains.
-	applySets(ctx context.Context, pl *syncPlan, stats *SyncStats, out *outcome) error
-	// writeRules writes the rules (text is rulesText(outRules)); refused out-filter
-	// rules are isolated and recorded in out.
-	writeRules(ctx context.Context, text []byte, outRules []rules.OutFilter, stats *SyncStats, out *outcome) error
-	// ensureJumps makes sure packets reach the rules (full syncs).
-	ensureJumps(ctx context.Context, stats *SyncStats) error
-	// quiet holds back the kernel's refusals from addrs while schedulers change
-	// (quiet.go) and returns the function that ends it.
-	quiet(ctx context.Context, addrs []string, stats *SyncStats) func()
-	// removeOther removes what the other backend left of this family (a node
-	// switched backends). It runs after a full sync that wrote every member and
-	// rule, and reports whether everything went.
-	removeOther(ctx context.Context, stats *SyncStats) bool
-	// keepAlive runs first in every run of the sync loop: the nftables backend's
-	// rules apply only while the daemon renews them (nftalive.go).
-	keepAlive(ctx context.Context, stats *SyncStats)
+// rulesKernel is what the backends write through.
+func rulesKernel(k Kernel) rules.Kernel {
+	rk := rules.Kernel{IPSet: k.IPSet, IPTables: k.IPTables, NFTRules: k.NFTRules}
+	if k.Reader != nil {
+		rk.NFTReader = k.Reader.NFTRules
+	}
+	return rk
 }
 
-// newRulesBackend returns the backend opts ask for.
-func newRulesBackend(p *Proxier, opts Options, kernel Kernel) (rulesBackend, error) {
-	switch opts.RulesBackend {
-	case "", RulesBackendIPTables:
-		if kernel.IPSet == nil || kernel.IPTables == nil {
-			return nil, fmt.Errorf("the %s rules backend needs ipset and iptables", RulesBackendIPTables)
+// newRulesBackend makes the backend named name ("" is the default).
+func newRulesBackend(name string, cfg rules.Config, k rules.Kernel) (rules.Backend, error) {
+	if name == "" {
+		name = backends[0].Name
+	}
+	for _, r := range backends {
+		if r.Name == name {
+			return r.New(cfg, k)
 		}
-		return iptablesBackend{p}, nil
-	case RulesBackendNFTables:
-		if kernel.NFTRules == nil {
-			return nil, fmt.Errorf("the %s rules backend needs an nftables ruleset", RulesBackendNFTables)
+	}
+	return nil, fmt.Errorf("unknown rules backend %q (want %s)", name, strings.Join(RulesBackends, " or "))
+}
+
+// rulesConfig is what this proxier's rules depend on besides the Services.
+func (p *Proxier) rulesConfig() rules.Config {
+	return rules.Config{
+		Family:            p.opts.IPFamily,
+		MasqueradeAll:     p.opts.MasqueradeAll,
+		MasqueradeMark:    fmt.Sprintf("%#08x", 1<<uint(p.opts.MasqueradeBit)),
+		LocalDetectorArgs: p.opts.LocalDetectorArgs,
+		SyncPeriod:        p.opts.SyncPeriod,
+		Logger:            p.logger,
+		Clock:             p.clock,
+	}
+}
+
+// removeOtherBackends removes what every other backend left of this family (the
+// node switched backends) and reports whether everything went. A backend whose
+// kernel interfaces are missing has left nothing.
+func (p *Proxier) removeOtherBackends(ctx context.Context, stats *SyncStats) bool {
+	ok := true
+	for _, r := range backends {
+		if r.Name == p.rules.Name() {
+			continue
 		}
-		if kernel.NFTRules.Table() != nftTable {
-			return nil, fmt.Errorf("the %s rules backend writes table %s, not %s", RulesBackendNFTables, nftTable, kernel.NFTRules.Table())
+		b, err := r.New(p.rulesConfig(), rulesKernel(p.kernel))
+		if errors.Is(err, rules.ErrUnavailable) {
+			continue
 		}
-		return newNFTBackend(p, kernel.NFTRules, kernel.Reader)
+		if err == nil {
+			_, err = b.Remove(ctx, stats)
+		}
+		if err != nil {
+			p.logger.Error(err, "Failed to remove the other rules backend's objects; trying again on the next full sync", "backend", r.Name)
+			ok = false
+		}
 	}
-	return nil, fmt.Errorf("unknown rules backend %q (want %s or %s)", opts.RulesBackend, RulesBackendIPTables, RulesBackendNFTables)
+	return ok
 }
 
-// iptablesBackend is upstream's programme: ipsets (sets.go, setsync.go) and iptables
-// chains (iptables.go), written by `ipset restore` and `iptables-restore`.
-type iptablesBackend struct{ p *Proxier }
-
-func (b iptablesBackend) observeSets(ctx context.Context, st *appliedState, stats *SyncStats) error {
-	return b.p.observeIPSets(ctx, st, stats)
+// applyRules carries out one rule step and records its outcome: what landed in
+// p.applied, what the kernel refused in out (nil: refusals are not expected).
+func (p *Proxier) applyRules(ctx context.Context, s rules.Step, stats *SyncStats, out *outcome) error {
+	var o rules.Outcome
+	err := p.rules.Apply(ctx, p.index, s, stats, &o)
+	p.takeRulesOutcome(&o, out)
+	return err
 }
 
-func (b iptablesBackend) prepare(ctx context.Context, stats *SyncStats) error {
-	return b.p.ensureSets(ctx, stats)
-}
-
-func (b iptablesBackend) grow(ctx context.Context, stats *SyncStats) error {
-	return b.p.growSets(ctx, stats)
-}
-
-func (b iptablesBackend) rulesText(outRules []rules.OutFilter) []byte {
-	return b.p.iptablesRules(outRules)
-}
-
-func (b iptablesBackend) applySets(ctx context.Context, pl *syncPlan, stats *SyncStats, out *outcome) error {
-	return b.p.executeSets(ctx, pl.sets, stats, out)
-}
-
-func (b iptablesBackend) writeRules(ctx context.Context, text []byte, outRules []rules.OutFilter, stats *SyncStats, out *outcome) error {
-	return b.p.executeIPTables(ctx, text, outRules, stats, out)
-}
-
-func (b iptablesBackend) ensureJumps(ctx context.Context, stats *SyncStats) error {
-	return b.p.ensureJumpRules(ctx, stats)
-}
-
-func (b iptablesBackend) quiet(ctx context.Context, addrs []string, stats *SyncStats) func() {
-	return b.p.quietRefusals(ctx, addrs, stats)
-}
-
-// keepAlive has nothing to do: these are upstream's ipsets and chains, which
-// upstream's ipvs mode adopts and rewrites.
-func (b iptablesBackend) keepAlive(context.Context, *SyncStats) {}
-
-// removeOther removes this family's objects from the nftables backend's table, and
-// the table once no family has any left. Without a ruleset (the server opens one
-// only when the table exists) there is nothing to remove.
-func (b iptablesBackend) removeOther(ctx context.Context, stats *SyncStats) bool {
-	p := b.p
-	if p.kernel.NFTRules == nil {
-		return true
+// takeRulesOutcome records a rule step's outcome.
+func (p *Proxier) takeRulesOutcome(o *rules.Outcome, out *outcome) {
+	if o.NeedFull {
+		p.needFull = true
 	}
-	removed, err := removeNFTFamily(ctx, p.kernel.NFTRules, newNFTFamily(p.opts.IPFamily), stats)
-	if err != nil {
-		p.logger.Error(err, "Failed to remove the nftables rules backend's objects; trying again on the next full sync", "table", nftTable.String())
-		return false
+	a := p.applied
+	if a == nil {
+		return
 	}
-	if removed > 0 {
-		p.logger.Info("Removed the nftables rules backend's objects of this family", "table", nftTable.String(), "objects", removed)
+	if o.Emptied {
+		p.setsEmptied = true
+		a.entries.Clear()
+		a.iptables = nil
 	}
-	return true
+	for _, set := range o.Rewritten {
+		for e := range a.entries {
+			if e.Set == set {
+				a.entries.Delete(e)
+			}
+		}
+		for _, e := range p.index.Members(set) {
+			a.entries.Insert(e)
+		}
+		p.journal.noteSetRewrite(set)
+	}
+	for _, c := range o.Landed {
+		if c.Add {
+			a.entries.Insert(c.Member)
+		} else {
+			a.entries.Delete(c.Member)
+		}
+	}
+	if o.Text != nil {
+		a.iptables = o.Text
+	}
+	if o.RulesUnknown {
+		a.iptables = nil
+	}
+	if out != nil {
+		out.writtenRules = append(out.writtenRules, o.WrittenOut...)
+		for _, r := range o.Refused {
+			out.fail(p.refusalFailure(r))
+		}
+	}
 }
+
+// refusalFailure is a backend's refusal as a held-back object.
+func (p *Proxier) refusalFailure(r rules.Refusal) failure {
+	f := failure{layer: r.Reason, what: r.What, err: r.Err}
+	switch {
+	case r.Change != nil:
+		f.key = retryKey{kind: retryEntry, entry: r.Change.Member}
+		if r.Change.Add {
+			f.owners = p.index.ownersOfEntry(r.Change.Member)
+		}
+	case r.Out != nil:
+		f.key = retryKey{kind: retryOutRule, out: *r.Out}
+		f.owners = p.index.ownersOfOutRule(*r.Out)
+	default:
+		f.key = retryKey{kind: retryElement, text: r.Other}
+	}
+	return f
+}
+
+// Request, Wrote and RulesWritten count a backend's kernel requests (rules.Counter).
+func (s *SyncStats) Request(subsystem, operation string) {
+	for op, k := range kernelOps {
+		if k.subsystem == subsystem && k.operation == operation {
+			s.ops[op]++
+			return
+		}
+	}
+}
+
+func (s *SyncStats) Wrote(subsystem string, n int) {
+	switch subsystem {
+	case metrics.SubsystemIPSet:
+		s.IPSetOps += n
+	case metrics.SubsystemNFTables:
+		s.NFTablesOps += n
+	}
+}
+
+func (s *SyncStats) RulesWritten() { s.IPTablesWrite = true }
 
 // rulesHeldBack reports whether a set member or an out-filter rule is held back:
 // until none is, the rules are not complete, and the other backend's state still
@@ -155,56 +203,4 @@ func (p *Proxier) rulesHeldBack() bool {
 		}
 	}
 	return false
-}
-
-// removeIPTablesBackend removes what the iptables backend left of this family: the
-// chains kube-proxy creates in nat, filter and mangle with every rule that jumps to
-// them (as --cleanup does), then this family's ipsets (a set an iptables rule uses
-// cannot be destroyed, so the chains go first). A node without the tools has none.
-func (p *Proxier) removeIPTablesBackend(ctx context.Context, stats *SyncStats) error {
-	if ipt := p.kernel.IPTables; ipt != nil {
-		for _, table := range []iptables.Table{iptables.TableNAT, iptables.TableFilter, iptables.TableMangle} {
-			stats.count(opIPTablesSave)
-			removed, err := removeChains(ctx, ipt, table, func(chain string) bool { return isKubeProxyChain(table, chain) }, nil)
-			if len(removed) > 0 || err != nil {
-				stats.count(opIPTablesRestore)
-			}
-			if err != nil {
-				return fmt.Errorf("removing %s chains: %w", table, err)
-			}
-			if len(removed) > 0 {
-				p.logger.Info("Removed the iptables rules backend's chains", "table", table, "chains", len(removed))
-			}
-		}
-	}
-	if p.kernel.IPSet == nil {
-		return nil
-	}
-	stats.count(opIPSetSave)
-	saved, err := p.kernel.IPSet.SaveAll(ctx)
-	if err != nil {
-		return fmt.Errorf("listing ipsets: %w", err)
-	}
-	var names []string
-	for _, name := range p.names {
-		for _, n := range []string{name, ipset.TempName(name)} {
-			if _, ok := saved[n]; ok {
-				names = append(names, n)
-			}
-		}
-	}
-	if len(names) == 0 {
-		return nil
-	}
-	sort.Strings(names)
-	tx := &ipset.Transaction{}
-	for _, n := range names {
-		tx.Destroy(n)
-	}
-	stats.count(opIPSetRestore)
-	if err := p.kernel.IPSet.Apply(ctx, tx); err != nil {
-		return fmt.Errorf("destroying ipsets: %w", err)
-	}
-	p.logger.Info("Removed the iptables rules backend's ipsets", "ipsets", len(names))
-	return nil
 }

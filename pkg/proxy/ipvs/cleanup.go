@@ -1,13 +1,10 @@
 package ipvs
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"net"
-	"regexp"
 	"slices"
 	"sort"
 	"strconv"
@@ -17,6 +14,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/sets"
 
 	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/proxy/ipvs/rules"
+	iptablesrules "github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/proxy/ipvs/rules/iptables"
+	nftrules "github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/proxy/ipvs/rules/nftables"
 	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/ipfamily"
 	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/ipset"
 	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/iptables"
@@ -61,72 +60,6 @@ func CleanupNFTablesMode(ctx context.Context, nft nftables.Interface) ([]nftable
 	}
 	return deleted, errors.Join(errs...)
 }
-
-// upstreamChains is every iptables chain upstream kube-proxy 1.37 creates in its
-// ipvs and iptables modes (pkg/proxy/ipvs/proxier.go iptablesChains,
-// pkg/proxy/iptables/proxier.go and its CleanupLeftovers), by table. --cleanup
-// removes these and nothing else: other software uses the KUBE- prefix too
-// (the kubelet's KUBE-FIREWALL and KUBE-KUBELET-CANARY, kube-router's
-// KUBE-ROUTER-* and KUBE-NWPLCY-*, ...).
-var upstreamChains = map[iptables.Table][]iptables.Chain{
-	iptables.TableNAT: {
-		chainServices,       // ipvs and iptables modes
-		chainPostrouting,    // ipvs and iptables modes
-		chainMarkMasq,       // ipvs and iptables modes
-		chainNodePort,       // ipvs mode
-		chainLoadBalancer,   // ipvs mode
-		"KUBE-NODEPORTS",    // iptables mode
-		"KUBE-PROXY-CANARY", // iptables mode: the rule-flush canary
-	},
-	iptables.TableFilter: {
-		chainForward,             // ipvs and iptables modes
-		chainProxyFirewall,       // ipvs and iptables modes
-		chainNodePort,            // ipvs mode: health check node ports
-		chainSourceRangesFW,      // ipvs mode
-		chainIPVSFilter,          // ipvs mode
-		chainIPVSOutFilter,       // ipvs mode
-		"KUBE-SERVICES",          // iptables mode: REJECT for Services without endpoints
-		"KUBE-EXTERNAL-SERVICES", // iptables mode
-		"KUBE-NODEPORTS",         // iptables mode: health check node ports
-		"KUBE-PROXY-CANARY",      // iptables mode
-	},
-	iptables.TableMangle: {
-		"KUBE-PROXY-CANARY", // iptables mode
-	},
-}
-
-// iptablesModeServiceChain matches the per-Service and per-endpoint chains of
-// upstream's iptables mode: a fixed prefix and the first 16 characters of a
-// base32-encoded SHA-256 (servicePortChainName, servicePortEndpointChainName, ...).
-var iptablesModeServiceChain = regexp.MustCompile(`^KUBE-(SVC|SVL|EXT|FW|SEP)-[A-Z2-7]{16}$`)
-
-// isKubeProxyChain says whether chain in table is one upstream kube-proxy (or this
-// daemon) creates.
-func isKubeProxyChain(table iptables.Table, chain string) bool {
-	for _, c := range upstreamChains[table] {
-		if string(c) == chain {
-			return true
-		}
-	}
-	return table == iptables.TableNAT && iptablesModeServiceChain.MatchString(chain)
-}
-
-// kubeProxySetNames is every ipset name upstream's ipvs mode creates, in both
-// families (KUBE-6-* for IPv6), plus the temporary names this daemon uses while it
-// replaces a set of the wrong type.
-func kubeProxySetNames() sets.Set[string] {
-	names := sets.New[string]()
-	for _, s := range ipsetTable {
-		for _, family := range []v1.IPFamily{v1.IPv4Protocol, v1.IPv6Protocol} {
-			name := familySetName(s.name, family)
-			names.Insert(name, ipset.TempName(name))
-		}
-	}
-	return names
-}
-
-// serviceSets hold (ip, protocol, port) of service virtual servers.
-var serviceSets = []rules.Set{setClusterIP, setExternalIP, setExternalIPLocal, setLoadBalancer}
 
 // Cleanup removes everything kube-proxy (ours, or upstream's ipvs and iptables modes)
 // programs on a node: its IPVS virtual servers (never third-party ones, never inside
@@ -176,7 +109,7 @@ func Cleanup(ctx context.Context, k CleanupKernel, excludeCIDRs []*net.IPNet) er
 	}
 	for _, ipt := range k.IPTables {
 		for _, table := range []iptables.Table{iptables.TableNAT, iptables.TableFilter, iptables.TableMangle} {
-			if err := cleanupTable(ctx, ipt, table); err != nil {
+			if err := iptablesrules.CleanupTable(ctx, ipt, table); err != nil {
 				errs = append(errs, fmt.Errorf("removing %s %s rules: %w", ipt.Protocol(), table, err))
 			}
 		}
@@ -195,7 +128,7 @@ func Cleanup(ctx context.Context, k CleanupKernel, excludeCIDRs []*net.IPNet) er
 	}
 	// Sets last: the kernel refuses to destroy a set an iptables rule still uses.
 	if all != nil {
-		ours := kubeProxySetNames()
+		ours := iptablesrules.KubeProxySetNames()
 		names := make([]string, 0, len(all))
 		for name := range all {
 			if ours.Has(name) {
@@ -219,26 +152,16 @@ func Cleanup(ctx context.Context, k CleanupKernel, excludeCIDRs []*net.IPNet) er
 func nftSetsAsIPSets(ctx context.Context, r nftables.Ruleset) (map[string]*ipset.SetWithEntries, error) {
 	out := map[string]*ipset.SetWithEntries{}
 	for _, family := range []v1.IPFamily{v1.IPv4Protocol, v1.IPv6Protocol} {
-		f := newNFTFamily(family)
-		for _, s := range nftSetTable {
-			elems, err := r.ListElements(ctx, f.name(s.name))
-			if nftables.IsNotFound(err) {
-				continue
+		members, err := nftrules.Members(ctx, r, family)
+		for _, m := range members {
+			name := iptablesrules.FamilySetName(m.Set, family)
+			if out[name] == nil {
+				out[name] = &ipset.SetWithEntries{Set: ipset.Set{Name: name}}
 			}
-			if err != nil {
-				return out, fmt.Errorf("listing nftables set %s: %w", f.name(s.name), err)
-			}
-			for _, fields := range elems {
-				e, ok := nftEntry(s, fields)
-				if !ok {
-					continue
-				}
-				name := familySetName(e.Set, family)
-				if out[name] == nil {
-					out[name] = &ipset.SetWithEntries{Set: ipset.Set{Name: name}}
-				}
-				out[name].Entries = append(out[name].Entries, ipsetEntry(e))
-			}
+			out[name].Entries = append(out[name].Entries, iptablesrules.IPSetEntry(m))
+		}
+		if err != nil {
+			return out, err
 		}
 	}
 	return out, nil
@@ -279,22 +202,19 @@ func cleanupVirtualServers(ctx context.Context, k CleanupKernel, all map[string]
 	servicePorts := sets.New[string]() // "tcp/ip:port"
 	nodePorts := sets.New[string]()    // "tcp/port"
 	for name, s := range all {
-		base := name
-		if strings.HasPrefix(name, ipv6SetPrefix) {
-			base = upstreamSetPrefix + strings.TrimPrefix(name, ipv6SetPrefix)
-		}
-		switch {
-		case base == setIPVSIPs.String():
+		set, _ := iptablesrules.SetOfName(name)
+		switch set {
+		case rules.IPVSIPs:
 			bound.Insert(s.Entries...)
-		case slices.ContainsFunc(serviceSets, func(s rules.Set) bool { return s.String() == base }), strings.HasPrefix(base, "KUBE-NODE-PORT-SCTP"), strings.HasPrefix(base, "KUBE-NODE-PORT-LOCAL-SCTP"):
+		case rules.ClusterIP, rules.ExternalIP, rules.ExternalIPLocal, rules.LoadBalancer, rules.NodePortSCTP, rules.NodePortLocalSCTP:
 			for _, e := range s.Entries {
 				if key, ok := entryServiceKey(e); ok {
 					servicePorts.Insert(key)
 				}
 			}
-		case strings.HasPrefix(base, "KUBE-NODE-PORT-"):
+		case rules.NodePortTCP, rules.NodePortLocalTCP, rules.NodePortUDP, rules.NodePortLocalUDP:
 			proto := "tcp"
-			if strings.HasSuffix(base, "UDP") {
+			if set == rules.NodePortUDP || set == rules.NodePortLocalUDP {
 				proto = "udp"
 			}
 			for _, e := range s.Entries {
@@ -351,77 +271,4 @@ func inCIDRs(ip net.IP, cidrs []*net.IPNet) bool {
 		}
 	}
 	return false
-}
-
-// cleanupTable removes, in one iptables-restore, kube-proxy's chains of table
-// (isKubeProxyChain) and every rule of another chain that jumps to one of them.
-func cleanupTable(ctx context.Context, ipt iptables.Interface, table iptables.Table) error {
-	_, err := removeChains(ctx, ipt, table, func(chain string) bool { return isKubeProxyChain(table, chain) }, nil)
-	return err
-}
-
-// removeChains removes, in one iptables-restore, the chains of table that
-// isChain selects, every rule of another chain that jumps to one of them, and
-// every rule isRule selects (a whole "-A CHAIN ..." line of iptables-save;
-// isRule may be nil). It returns the chains it removed.
-func removeChains(ctx context.Context, ipt iptables.Interface, table iptables.Table, isChain func(string) bool, isRule func(string) bool) ([]string, error) {
-	var buf bytes.Buffer
-	if err := ipt.SaveInto(ctx, table, &buf); err != nil {
-		return nil, err
-	}
-	var chains []string
-	var deletes []string
-	sc := bufio.NewScanner(&buf)
-	sc.Buffer(make([]byte, 1024*1024), 16*1024*1024)
-	for sc.Scan() {
-		line := sc.Text()
-		switch {
-		case strings.HasPrefix(line, ":"):
-			name := strings.Fields(line[1:])[0]
-			if isChain(name) {
-				chains = append(chains, name)
-			}
-		case strings.HasPrefix(line, "-A "):
-			fields := strings.Fields(line)
-			// Rules of the chains being removed go with them; any other chain (built-in
-			// or someone else's) loses only its jumps into them.
-			if len(fields) < 2 || isChain(fields[1]) {
-				continue
-			}
-			if isChain(jumpTarget(fields)) || (isRule != nil && isRule(line)) {
-				deletes = append(deletes, "-D"+line[2:])
-			}
-		}
-	}
-	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("reading iptables-save output: %w", err)
-	}
-	if len(chains) == 0 && len(deletes) == 0 {
-		return nil, nil
-	}
-	var out bytes.Buffer
-	fmt.Fprintf(&out, "*%s\n", table)
-	for _, c := range chains {
-		fmt.Fprintf(&out, ":%s - [0:0]\n", c) // declaring flushes it
-	}
-	for _, d := range deletes {
-		out.WriteString(d + "\n")
-	}
-	for _, c := range chains {
-		fmt.Fprintf(&out, "-X %s\n", c)
-	}
-	out.WriteString("COMMIT\n")
-	if err := ipt.RestoreAll(ctx, out.Bytes(), iptables.NoFlushTables, iptables.NoRestoreCount); err != nil {
-		return nil, err
-	}
-	return chains, nil
-}
-
-func jumpTarget(fields []string) string {
-	for i := 0; i+1 < len(fields); i++ {
-		if fields[i] == "-j" || fields[i] == "-g" {
-			return fields[i+1]
-		}
-	}
-	return ""
 }

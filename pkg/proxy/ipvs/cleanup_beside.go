@@ -29,10 +29,7 @@ type besideRun struct {
 }
 
 // removalsBesideLoop reports whether this proxier's removals run beside the loop.
-func (p *Proxier) removalsBesideLoop() bool {
-	_, nft := p.rules.(*nftBackend)
-	return nft
-}
+func (p *Proxier) removalsBesideLoop() bool { return p.rules.RemovalsBeside() }
 
 // afterFullSync runs after a full sync that succeeded: the removals still due, in
 // the loop or beside it.
@@ -51,7 +48,7 @@ func (p *Proxier) afterFullSync(stats *SyncStats) {
 			stats.phase(p.clock.Now(), "leftovers")
 		}
 		if other {
-			p.otherBackendRemoved = p.rules.removeOther(p.ctx, stats)
+			p.otherBackendRemoved = p.removeOtherBackends(p.ctx, stats)
 		}
 		return
 	}
@@ -65,7 +62,7 @@ func (p *Proxier) afterFullSync(stats *SyncStats) {
 			r.modesOK = p.removeOtherModesLeftovers(ctx, &r.stats)
 		}
 		if r.other {
-			r.otherOK = p.rules.removeOther(ctx, &r.stats)
+			r.otherOK = p.removeOtherBackends(ctx, &r.stats)
 		}
 	}(p.ctx)
 }

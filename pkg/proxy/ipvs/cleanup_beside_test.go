@@ -9,6 +9,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 
+	nftrules "github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/proxy/ipvs/rules/nftables"
 	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/iptables"
 	nft "github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/nftables"
 )
@@ -43,7 +44,7 @@ func within(t *testing.T, f func()) {
 // gone. With the iptables backend they run in the sync itself.
 func TestRemovalsBesideTheLoop(t *testing.T) {
 	t.Run("nftables", func(t *testing.T) {
-		e := newNFTEnv(t, v1.IPv4Protocol, nft.NewFakeRuleset(nftTable))
+		e := newNFTEnv(t, v1.IPv4Protocol, nft.NewFakeRuleset(nftrules.Table()))
 		leftover := "*nat\n:KUBE-SVC-AAAAAAAAAAAAAAAA - [0:0]\nCOMMIT\n"
 		if err := e.ipt.RestoreAll(context.Background(), []byte(leftover), iptables.NoFlushTables, iptables.NoRestoreCount); err != nil {
 			t.Fatal(err)

@@ -36,8 +36,8 @@ func TestDigestsAfterChangesDuringTheRead(t *testing.T) {
 			vsKeys := len(e.p.index.vs)
 			g := &gatedAddrs{Handle: e.nl, read: make(chan struct{}), release: make(chan struct{})}
 			reader := &KernelReader{IPVS: e.ipvs, Netlink: g}
-			if b, ok := e.p.rules.(*nftBackend); ok {
-				reader.NFTRules = b.rs
+			if b := nftRuleset(e); b != nil {
+				reader.NFTRules = b
 			}
 			e.p.kernel.Reader = reader
 			e.p.goResync = func(f func()) { go f() }

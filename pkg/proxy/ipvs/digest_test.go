@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/sets"
 
 	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/proxy/ipvs/rules"
+	nftrules "github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/proxy/ipvs/rules/nftables"
 	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/netlink"
 	nft "github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/nftables"
 )
@@ -21,7 +22,7 @@ import (
 func TestSetDigest(t *testing.T) {
 	members := make([]rules.Member, 200)
 	for i := range members {
-		members[i] = member(setLoopBack, fmt.Sprintf("10.244.%d.%d,tcp:8080,10.244.%d.%d", i/250, i%250, i/250, i%250))
+		members[i] = member(rules.LoopBack, fmt.Sprintf("10.244.%d.%d,tcp:8080,10.244.%d.%d", i/250, i%250, i/250, i%250))
 	}
 	var fwd, rev setDigest
 	for i := range members {
@@ -32,15 +33,15 @@ func TestSetDigest(t *testing.T) {
 		t.Fatalf("same members, other order: %+v and %+v", fwd, rev)
 	}
 	before := fwd
-	fwd.add(member(setClusterIP, "10.96.0.1,tcp:80"))
-	fwd.remove(member(setClusterIP, "10.96.0.1,tcp:80"))
+	fwd.add(member(rules.ClusterIP, "10.96.0.1,tcp:80"))
+	fwd.remove(member(rules.ClusterIP, "10.96.0.1,tcp:80"))
 	if fwd != before {
 		t.Errorf("add then remove: %+v, want %+v", fwd, before)
 	}
 	// One member swapped for another: same count, another digest.
 	swapped := before
 	swapped.remove(members[7])
-	swapped.add(member(setLoopBack, "10.244.9.9,tcp:8080,10.244.9.9"))
+	swapped.add(member(rules.LoopBack, "10.244.9.9,tcp:8080,10.244.9.9"))
 	if swapped.n != before.n || swapped == before {
 		t.Errorf("a swapped member left the digest at %+v (was %+v)", swapped, before)
 	}
@@ -56,7 +57,7 @@ func TestDigestsOfTheKernelAgreeWithTheIndex(t *testing.T) {
 			e := digestEnv(t, backend)
 			ctx := context.Background()
 			var st SyncStats
-			read, err := e.p.observe(ctx, e.ipvs, e.nl, &st)
+			read, err := e.p.observe(ctx, e.ipvs, e.nl, e.p.rules.Observe(nil), &st)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -81,7 +82,7 @@ func TestDigestsOfTheKernelAgreeWithTheIndex(t *testing.T) {
 			for i := range 60 {
 				en := known[rng.IntN(len(known))]
 				if i%3 == 0 {
-					en = member(setClusterIP, fmt.Sprintf("10.96.7.%d,tcp:80", i))
+					en = member(rules.ClusterIP, fmt.Sprintf("10.96.7.%d,tcp:80", i))
 				}
 				j.entries.Insert(en)
 				if rng.IntN(2) == 0 {
@@ -100,8 +101,8 @@ func TestDigestsOfTheKernelAgreeWithTheIndex(t *testing.T) {
 					applied.addrs.Delete(a)
 				}
 			}
-			j.rewritten.Insert(setLoopBack)
-			applied.entries.Insert(member(setLoopBack, "10.244.1.99,tcp:80,10.244.1.99"))
+			j.rewritten.Insert(rules.LoopBack)
+			applied.entries.Insert(member(rules.LoopBack, "10.244.1.99,tcp:80,10.244.1.99"))
 			read.digests = k
 			j.correct(read, applied)
 			want := digestsOf(read)
@@ -122,7 +123,7 @@ func TestResyncComparesOnlyDisagreeingSets(t *testing.T) {
 			e := digestEnv(t, backend)
 			e.p.resyncSliceKeys = 4
 			vsKeys := len(e.p.index.vs)
-			clusterIPs := e.p.index.setDigests[setClusterIP].n
+			clusterIPs := e.p.index.setDigests[rules.ClusterIP].n
 			bound := len(e.p.index.bindRefs)
 
 			// Nothing changed: the virtual servers are compared (from both sides), no
@@ -168,7 +169,7 @@ func TestResyncComparesOnlyDisagreeingSets(t *testing.T) {
 func digestEnv(t *testing.T, backend string) *testEnv {
 	var e *testEnv
 	if backend == "nftables" {
-		e = newNFTEnv(t, v1.IPv4Protocol, nft.NewFakeRuleset(nftTable))
+		e = newNFTEnv(t, v1.IPv4Protocol, nft.NewFakeRuleset(nftrules.Table()))
 	} else {
 		e = newTestEnv(t, v1.IPv4Protocol)
 	}
@@ -189,15 +190,15 @@ func digestEnv(t *testing.T, backend string) *testEnv {
 // kernelMembers is what the kernel's sets hold, for either rules backend.
 func kernelMembers(t *testing.T, e *testEnv) string {
 	t.Helper()
-	if b, ok := e.p.rules.(*nftBackend); ok {
-		return nftLines(t, b.rs, "element ")
+	if b := nftRuleset(e); b != nil {
+		return nftLines(t, b, "element ")
 	}
 	return e.setMembers()
 }
 
 // copyApplied copies the key sets of a (the values are shared).
 func copyApplied(a *appliedState) *appliedState {
-	c := &appliedState{vs: map[vsKey]*appliedVS{}, entries: a.entries.Clone(), addrs: a.addrs.Clone(), sets: a.sets}
+	c := &appliedState{vs: map[vsKey]*appliedVS{}, entries: a.entries.Clone(), addrs: a.addrs.Clone()}
 	for k, v := range a.vs {
 		c.vs[k] = v
 	}

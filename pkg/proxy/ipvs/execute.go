@@ -2,7 +2,6 @@ package ipvs
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"slices"
@@ -10,8 +9,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/proxy/ipvs/rules"
-	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/ipset"
-	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/iptables"
 	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/ipvs"
 	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/netlink"
 )
@@ -52,8 +49,10 @@ func (p *Proxier) execute(ctx context.Context, pl *syncPlan, outRules []rules.Ou
 	a := p.applied
 
 	// 1. set members: one transaction (refused members set aside, the rest re-sent).
-	if err := p.rules.applySets(ctx, pl, stats, out); err != nil {
-		return out, err
+	if len(pl.sets) > 0 || pl.full {
+		if err := p.applyRules(ctx, rules.Members{Changes: pl.sets, Full: pl.full}, stats, out); err != nil {
+			return out, err
+		}
 	}
 
 	stats.phase(p.clock.Now(), "sets")
@@ -75,13 +74,13 @@ func (p *Proxier) execute(ctx context.Context, pl *syncPlan, outRules []rules.Ou
 
 	// 3. the rules (iptables chains or the nftables out-filter chain).
 	if pl.iptables != nil {
-		if err := p.rules.writeRules(ctx, pl.iptables, outRules, stats, out); err != nil {
+		if err := p.applyRules(ctx, rules.Rules{Out: outRules, Text: pl.iptables}, stats, out); err != nil {
 			return out, err
 		}
 	}
 	stats.phase(p.clock.Now(), "rules")
 	if pl.full && !pl.rulesChecked {
-		if err := p.rules.ensureJumps(ctx, stats); err != nil {
+		if err := p.applyRules(ctx, rules.Jumps{}, stats, out); err != nil {
 			return out, err
 		}
 		stats.phase(p.clock.Now(), "jumps")
@@ -96,7 +95,9 @@ func (p *Proxier) execute(ctx context.Context, pl *syncPlan, outRules []rules.Ou
 			blocked[o] = &out.failures[i]
 		}
 	}
-	loud := p.rules.quiet(ctx, pl.quiet, stats)
+	if len(pl.quiet) > 0 {
+		_ = p.applyRules(ctx, rules.Quiet{Addrs: pl.quiet}, stats, out)
+	}
 	var creates, rest []*vsPlan
 	for i := range pl.vs {
 		vp := &pl.vs[i]
@@ -115,7 +116,9 @@ func (p *Proxier) execute(ctx context.Context, pl *syncPlan, outRules []rules.Ou
 	for _, vp := range rest {
 		p.executeVirtualServer(ctx, vp, stats, ct, out)
 	}
-	loud()
+	if len(pl.quiet) > 0 {
+		_ = p.applyRules(ctx, rules.Loud{Addrs: pl.quiet}, stats, out)
+	}
 
 	stats.phase(p.clock.Now(), "ipvs")
 
@@ -132,112 +135,6 @@ func (p *Proxier) execute(ctx context.Context, pl *syncPlan, outRules []rules.Ou
 		a.addrs.Delete(addr)
 	}
 	return out, nil
-}
-
-// executeSets sends the member changes as one `ipset restore`. When ipset refuses a
-// line, that change is set aside (its owners held back) and the rest is sent again, so
-// one bad entry never keeps the others out. ipset may have applied lines before the
-// refused one; the batch runs with -exist, so sending them again is harmless.
-func (p *Proxier) executeSets(ctx context.Context, changes []setChange, stats *SyncStats, out *outcome) error {
-	remaining := changes
-	for refused := 0; len(remaining) > 0; refused++ {
-		tx := &ipset.Transaction{}
-		for _, c := range remaining {
-			if c.add {
-				tx.Add(p.names[c.entry.Set], ipsetEntry(c.entry))
-			} else {
-				tx.Del(p.names[c.entry.Set], ipsetEntry(c.entry))
-			}
-		}
-		stats.IPSetOps += tx.Len()
-		stats.count(opIPSetRestore)
-		err := p.kernel.IPSet.Apply(ctx, tx)
-		if err == nil {
-			for _, c := range remaining {
-				if c.add {
-					p.applied.entries.Insert(c.entry)
-				} else {
-					p.applied.entries.Delete(c.entry)
-				}
-			}
-			return nil
-		}
-		// Only a refusal of one line is the line's problem: a full set, a missing set
-		// or a tool that did not run is the batch's, and re-sending the rest would
-		// meet it again on every line.
-		var ierr *ipset.Error
-		systemic := errors.Is(err, ipset.ErrSetFull) || errors.Is(err, ipset.ErrSetNotFound) ||
-			errors.Is(err, ipset.ErrSetInUse) || errors.Is(err, ipset.ErrTypeMismatch)
-		if systemic || !errors.As(err, &ierr) || ierr.Index < 0 || ierr.Index >= len(remaining) || refused >= maxIsolatedSetFailures {
-			return fmt.Errorf("applying %d ipset changes: %w", len(remaining), err)
-		}
-		bad := remaining[ierr.Index]
-		var owners []types.NamespacedName
-		if bad.add {
-			owners = p.index.ownersOfEntry(bad.entry)
-		}
-		out.fail(failure{key: retryKey{kind: retryEntry, entry: bad.entry}, layer: heldBackIPSet,
-			what: "ipset " + p.names[bad.entry.Set] + " member " + ipsetEntry(bad.entry), owners: owners, err: err})
-		next := make([]setChange, 0, len(remaining)-1)
-		next = append(next, remaining[:ierr.Index]...)
-		remaining = append(next, remaining[ierr.Index+1:]...)
-	}
-	return nil
-}
-
-// executeIPTables writes our chains. If the kernel refuses the text and Service-owned
-// rules are in it, the refused rules are found by bisection and left out, so one bad
-// rule never keeps the others out; if the text fails even without any of them, the
-// failure is global.
-func (p *Proxier) executeIPTables(ctx context.Context, text []byte, outRules []rules.OutFilter, stats *SyncStats, out *outcome) error {
-	restore := func(text []byte) error {
-		stats.IPTablesWrite = true
-		stats.count(opIPTablesRestore)
-		p.rulesGuard.mu.Lock()
-		defer p.rulesGuard.mu.Unlock()
-		p.rulesGuard.wrote()
-		return p.kernel.IPTables.RestoreAll(ctx, text, iptables.NoFlushTables, iptables.RestoreCount)
-	}
-	err := restore(text)
-	if err == nil {
-		p.applied.iptables = text
-		out.writtenRules = outRules
-		return nil
-	}
-	observeIPTablesFailure(p.opts.IPFamily)
-	if len(outRules) == 0 {
-		return fmt.Errorf("writing iptables rules: %w", err)
-	}
-	base := p.iptablesRules(nil)
-	if berr := restore(base); berr != nil {
-		observeIPTablesFailure(p.opts.IPFamily)
-		return fmt.Errorf("writing iptables rules: %w", berr)
-	}
-	p.applied.iptables = base
-	var good []rules.OutFilter
-	var bisect func(cand []rules.OutFilter)
-	bisect = func(cand []rules.OutFilter) {
-		text := p.iptablesRules(append(slices.Clone(good), cand...))
-		rerr := restore(text)
-		if rerr == nil {
-			good = append(good, cand...)
-			p.applied.iptables = text
-			return
-		}
-		observeIPTablesFailure(p.opts.IPFamily)
-		if len(cand) == 1 {
-			out.fail(failure{key: retryKey{kind: retryOutRule, out: cand[0]}, layer: heldBackIPTables,
-				what: "iptables rule " + string(chainIPVSOutFilter) + " " + outFilterRuleText(cand[0]), owners: p.index.ownersOfOutRule(cand[0]),
-				err: fmt.Errorf("writing iptables rule: %w", rerr)})
-			return
-		}
-		mid := len(cand) / 2
-		bisect(cand[:mid])
-		bisect(cand[mid:])
-	}
-	bisect(outRules)
-	out.writtenRules = good
-	return nil
 }
 
 // executeVirtualServer carries out the plan of one virtual server. A refused virtual
@@ -464,30 +361,4 @@ func (p *Proxier) noteConntrack(vs *ipvs.VirtualServer, ct *[]conntrackTarget) {
 	if vs.Protocol == ipvs.UDP || vs.Protocol == ipvs.SCTP {
 		*ct = append(*ct, conntrackTarget{protocol: vs.Protocol, addr: vs.Address.String(), port: vs.Port})
 	}
-}
-
-// ensureJumpRules makes sure the built-in chains jump to ours. It reads the two
-// tables once (`iptables-save`) and runs `iptables -C`/`-I` only for a jump that is
-// missing: a process per rule per full sync costs seconds on a busy or emulated node
-// and holds back every change queued behind the sync.
-func (p *Proxier) ensureJumpRules(ctx context.Context, stats *SyncStats) error {
-	// A table that cannot be read is left out: every jump into it is ensured.
-	saved, _ := p.saveTables(ctx, stats)
-	// Every missing jump in one iptables-restore (no chain declared, so nothing is
-	// flushed), instead of an `iptables -C` and an `iptables -I` per jump: at a
-	// first start that was 18 processes, 8 s of an empty family's first sync under TCG.
-	missing := missingJumps(saved)
-	if missing == "" {
-		return nil
-	}
-	stats.count(opIPTablesRestore)
-	if err := p.kernel.IPTables.RestoreAll(ctx, []byte(missing), iptables.NoFlushTables, iptables.NoRestoreCount); err != nil {
-		return fmt.Errorf("ensuring the jumps into our chains: %w", err)
-	}
-	return nil
-}
-
-// jumpRuleLine is a jump rule as iptables-save prints it.
-func jumpRuleLine(from iptables.Chain, comment string, to iptables.Chain) string {
-	return "-A " + string(from) + " -m comment --comment \"" + comment + "\" -j " + string(to)
 }

@@ -7,6 +7,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 
+	iptablesrules "github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/proxy/ipvs/rules/iptables"
 	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/ipset"
 )
 
@@ -102,7 +103,7 @@ func TestEntriesAreCanonical(t *testing.T) {
 			e.start(svc, makeSlice("ns", "lb", "lb-1", udp("p", 53), endpoint("fd00:244::1:9")))
 		}
 		specs := map[string]*ipset.Set{}
-		for _, s := range setSpecs(family) {
+		for _, s := range iptablesrules.SetSpecs(family) {
 			specs[s.Name] = s
 		}
 		all, _ := e.ipset.SaveAll(context.Background())

@@ -26,12 +26,14 @@ import (
 	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/proxy"
 	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/proxy/healthcheck"
 	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/proxy/ipvs/rules"
+	iptablesrules "github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/proxy/ipvs/rules/iptables"
 	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/conntrack"
 	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/ipfamily"
 	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/ipset"
 	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/iptables"
 	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/ipvs"
 	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/netlink"
+	nft "github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/nftables"
 	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/nftables"
 	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/sysctl"
 )
@@ -390,7 +392,7 @@ func waitFor(d time.Duration, cond func() bool) bool {
 
 // member is the member of set that ipset prints as text (the test's shorthand).
 func member(set rules.Set, text string) rules.Member {
-	m, err := parseIPSetEntry(set, text)
+	m, err := iptablesrules.ParseIPSetEntry(set, text)
 	if err != nil {
 		panic(err)
 	}
@@ -401,4 +403,23 @@ func member(set rules.Set, text string) rules.Member {
 func outFilter(addr string, proto uint8, port uint16) rules.OutFilter {
 	a := rules.Addr16(netip.MustParseAddr(addr))
 	return rules.OutFilter{Source: a, VAddr: a, Proto: proto, Port: port}
+}
+
+// nftRuleset is the nftables backend's table, when the proxier runs that backend.
+func nftRuleset(e *testEnv) nft.Ruleset {
+	if e.p.rules.Name() != RulesBackendNFTables {
+		return nil
+	}
+	return e.p.kernel.NFTRules
+}
+
+// reloadRules makes the rules backend anew on e.p.kernel's handles, after a test
+// swapped one of them; the next full sync reads what the backend remembers.
+func (e *testEnv) reloadRules() {
+	e.t.Helper()
+	b, err := newRulesBackend(e.p.rules.Name(), e.p.rulesConfig(), rulesKernel(e.p.kernel))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.p.rules = b
 }

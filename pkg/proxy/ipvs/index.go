@@ -161,7 +161,7 @@ func (ix *desiredIndex) remove(name types.NamespacedName, old *serviceState, t *
 // noteSourceRange keeps srcRanges in step when e, an entry of a source-range set,
 // comes or goes.
 func (ix *desiredIndex) noteSourceRange(e rules.Member, add bool) {
-	if !isSourceRangeSet(e.Set) {
+	if !e.Set.SourceRange() {
 		return
 	}
 	k := e.ServicePort()
@@ -230,8 +230,45 @@ func (ix *desiredIndex) hasEntry(e rules.Member) bool {
 func (ix *desiredIndex) hasAddr(a string) bool       { return ix.bindRefs[a] > 0 }
 func (ix *desiredIndex) setEmpty(set rules.Set) bool { return ix.setDigests[set].n == 0 }
 
-// setSize is how many distinct members set wants.
-func (ix *desiredIndex) setSize(set rules.Set) int { return ix.setDigests[set].n }
+// The desired index is what the rules backends read of the desired state
+// (rules.Desired).
+var _ rules.Desired = (*desiredIndex)(nil)
+
+// SetSize is how many distinct members set wants.
+func (ix *desiredIndex) SetSize(set rules.Set) int { return ix.setDigests[set].n }
+
+// Members lists the members set wants, sorted.
+func (ix *desiredIndex) Members(set rules.Set) []rules.Member {
+	var out []rules.Member
+	if set == rules.IPVSIPs {
+		for a := range ix.bindRefs {
+			out = append(out, ipvsIPMember(a))
+		}
+	}
+	for e := range ix.setRefs {
+		if e.Set == set {
+			out = append(out, e)
+		}
+	}
+	slices.SortFunc(out, rules.Compare)
+	return out
+}
+
+// SourceRanges returns the source range members the index wants on port k, sorted.
+func (ix *desiredIndex) SourceRanges(k rules.ServicePort) []rules.Member {
+	es := ix.srcRanges[k].UnsortedList()
+	slices.SortFunc(es, rules.Compare)
+	return es
+}
+
+// SourceRangePorts lists the ports with source ranges.
+func (ix *desiredIndex) SourceRangePorts() []rules.ServicePort {
+	out := make([]rules.ServicePort, 0, len(ix.srcRanges))
+	for k := range ix.srcRanges {
+		out = append(out, k)
+	}
+	return out
+}
 
 // addMember and removeMember keep setDigests in step as an entry's first claim comes
 // and its last goes.

@@ -8,6 +8,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 
+	iptablesrules "github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/proxy/ipvs/rules/iptables"
 	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/iptables"
 	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/nftables"
 )
@@ -50,13 +51,13 @@ func isIPTablesModeOnlyChain(table iptables.Table, chain string) bool {
 			return true
 		}
 	}
-	return table == iptables.TableNAT && iptablesModeServiceChain.MatchString(chain)
+	return table == iptables.TableNAT && iptablesrules.IsIPTablesModeServiceChain(chain)
 }
 
 // isIPTablesModeRule selects the iptables mode's rules in chains it shares
 // with other software (the built-in ones) that jump into a chain ours keeps.
 func isIPTablesModeRule(line string) bool {
-	return jumpTarget(strings.Fields(line)) == string(chainProxyFirewall) && strings.Contains(line, iptablesModeFirewallJump)
+	return iptablesrules.JumpTarget(strings.Fields(line)) == string(iptablesrules.ChainProxyFirewall) && strings.Contains(line, iptablesModeFirewallJump)
 }
 
 // nftablesModeTable is the table upstream's nftables mode keeps everything of a
@@ -81,7 +82,7 @@ func (p *Proxier) removeOtherModesLeftovers(ctx context.Context, stats *SyncStat
 	}
 	for _, table := range tables {
 		stats.count(opIPTablesSave)
-		removed, err := removeChains(ctx, p.kernel.IPTables, table,
+		removed, err := iptablesrules.RemoveChains(ctx, p.kernel.IPTables, table,
 			func(chain string) bool { return isIPTablesModeOnlyChain(table, chain) }, isIPTablesModeRule)
 		if len(removed) > 0 || err != nil {
 			stats.count(opIPTablesRestore)

@@ -11,6 +11,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	v1 "k8s.io/api/core/v1"
 
+	iptablesrules "github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/proxy/ipvs/rules/iptables"
 	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/iptables"
 	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/nftables"
 )
@@ -101,7 +102,7 @@ func rulesTo(t *testing.T, ipt *iptables.Fake, table iptables.Table, chain strin
 	var out []string
 	for _, line := range strings.Split(buf.String(), "\n") {
 		f := strings.Fields(line)
-		if len(f) > 2 && f[0] == "-A" && !strings.HasPrefix(f[1], "KUBE-") && jumpTarget(f) == chain {
+		if len(f) > 2 && f[0] == "-A" && !strings.HasPrefix(f[1], "KUBE-") && iptablesrules.JumpTarget(f) == chain {
 			out = append(out, line)
 		}
 	}

@@ -16,6 +16,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	utilexec "k8s.io/utils/exec"
 
+	nftrules "github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/proxy/ipvs/rules/nftables"
 	nft "github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/nftables"
 	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/testing/netns"
 )
@@ -30,8 +31,8 @@ import (
 func TestIntegrationNFTLiveness(t *testing.T) {
 	netns.Run(t, func(t *testing.T) {
 		const lifetime = 3 * time.Second
-		t.Setenv(EnvNFTLivenessTimeout, lifetime.String())
-		rs, err := nft.NewNetlink(nftTable, utilexec.New())
+		t.Setenv(nftrules.EnvLivenessTimeout, lifetime.String())
+		rs, err := nft.NewNetlink(nftrules.Table(), utilexec.New())
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -5,7 +5,6 @@ package ipvs
 import (
 	"context"
 	"fmt"
-	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -13,7 +12,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	testingclock "k8s.io/utils/clock/testing"
 
-	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/proxy/ipvs/rules"
+	nftrules "github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/proxy/ipvs/rules/nftables"
 	nft "github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/nftables"
 )
 
@@ -50,7 +49,7 @@ type clockedFake struct {
 
 func newClockedFake(e *testEnv) *clockedFake {
 	c := testingclock.NewFakePassiveClock(e.clock.Now())
-	f := nft.NewFakeRuleset(nftTable)
+	f := nft.NewFakeRuleset(nftrules.Table())
 	f.SetClock(c)
 	return &clockedFake{recordingRuleset: &recordingRuleset{FakeRuleset: f}, clock: c}
 }
@@ -71,137 +70,16 @@ func aliveTxs(txs []string) []string {
 	return out
 }
 
-func TestNFTLivenessTimeout(t *testing.T) {
-	for _, c := range []struct {
-		env        string
-		syncPeriod time.Duration
-		want       time.Duration
-		bad        bool
-	}{
-		{syncPeriod: 30 * time.Second, want: 2 * time.Minute},
-		{syncPeriod: 10 * time.Second, want: 2 * time.Minute},
-		{syncPeriod: 5 * time.Minute, want: 15 * time.Minute},
-		{env: "20s", syncPeriod: 30 * time.Second, want: 20 * time.Second},
-		{env: "1s", syncPeriod: time.Hour, want: time.Second},
-		{env: "999ms", bad: true},
-		{env: "0", bad: true},
-		{env: "-5s", bad: true},
-		{env: "soon", bad: true},
-	} {
-		t.Setenv(EnvNFTLivenessTimeout, c.env)
-		got, fromEnv, err := nftLiveness(c.syncPeriod)
-		if (err != nil) != c.bad || got != c.want || fromEnv != (c.env != "" && !c.bad) {
-			t.Errorf("%s=%q, syncPeriod %v: got %v (from the environment: %v), %v; want %v (an error: %v)",
-				EnvNFTLivenessTimeout, c.env, c.syncPeriod, got, fromEnv, err, c.want, c.bad)
-		}
-	}
-	// A bad value stops the daemon at start, with the variable's name.
-	t.Setenv(EnvNFTLivenessTimeout, "soon")
+// TestNFTLivenessTimeoutRefusedAtStart: a bad liveness timeout in the
+// environment stops the daemon at start, with the variable's name.
+func TestNFTLivenessTimeoutRefusedAtStart(t *testing.T) {
+	t.Setenv(nftrules.EnvLivenessTimeout, "soon")
 	e := newTestEnv(t, v1.IPv4Protocol)
 	e.opts.RulesBackend = RulesBackendNFTables
 	k := e.kernel()
-	k.NFTRules = nft.NewFakeRuleset(nftTable)
-	if _, err := NewProxier(context.Background(), e.opts, k, e.clock); err == nil || !strings.Contains(err.Error(), EnvNFTLivenessTimeout) {
-		t.Errorf("NewProxier with a bad %s: %v", EnvNFTLivenessTimeout, err)
-	}
-}
-
-// ungated walks a programme from every base chain, as packets go, and returns
-// the rules a packet reaches without having passed its chain's gate (in a regular
-// chain, the gate of a chain that jumped there).
-func ungated(p *nftProgramme, f nftFamily) []string {
-	gate := f.nftGate().String()
-	var out []string
-	var walk func(chain string, gated bool, depth int)
-	walk = func(chain string, gated bool, depth int) {
-		if depth > 10 {
-			out = append(out, "a jump loop at "+chain)
-			return
-		}
-		for i, r := range p.rules[chain] {
-			if r.String() == gate {
-				gated = true
-				continue
-			}
-			if !gated {
-				out = append(out, fmt.Sprintf("%s rule %d: %s", chain, i, r))
-			}
-			for _, s := range r.Stmts {
-				if v, ok := s.(nft.Verdict); ok && (v.Kind == nft.Jump || v.Kind == nft.Goto) {
-					walk(v.Chain, gated, depth+1)
-				}
-			}
-		}
-	}
-	for _, c := range p.chains {
-		if c.Hook != "" {
-			walk(c.Name, false, 0)
-		}
-	}
-	return out
-}
-
-// TestNFTGateBeforeEveryRule: whatever the configuration, no rule of the programme
-// that rejects, drops, marks, masquerades or accepts (nor any other) is reached by a
-// packet that has not passed the family's gate, the first rule of every base
-// chain; and the regular chains are reached only through base chains.
-func TestNFTGateBeforeEveryRule(t *testing.T) {
-	inputs := nftProgrammeInputs()
-	inputs = append(inputs,
-		&rulesInput{family: v1.IPv4Protocol, masqueradeMark: "0x004000", masqueradeAll: true},
-		&rulesInput{family: v1.IPv4Protocol, masqueradeMark: "0x004000"},
-		&rulesInput{family: v1.IPv6Protocol, masqueradeMark: "0x004000", localDetectorArgs: []string{"!", "-s", "fd00:10:244::/48"},
-			outFilterRules: []rules.OutFilter{outFilter("fd00:192::10", rules.UDP, 53)}})
-	for _, in := range inputs {
-		p, err := buildNFTProgramme(in)
-		if err != nil {
-			t.Fatal(err)
-		}
-		f := newNFTFamily(in.family)
-		if u := ungated(p, f); len(u) > 0 {
-			t.Errorf("%s: rules reached without the gate:\n%s", in.family, strings.Join(u, "\n"))
-		}
-		reached := map[string]bool{}
-		acting := 0
-		for _, c := range p.chains {
-			rules := p.rules[c.Name]
-			if c.Hook != "" && (len(rules) == 0 || rules[0].String() != f.nftGate().String()) {
-				t.Errorf("%s: base chain %s does not begin with the gate: %v", in.family, c.Name, rules)
-			}
-			for _, r := range rules {
-				for _, s := range r.Stmts {
-					switch s := s.(type) {
-					case nft.Verdict:
-						reached[s.Chain] = true
-						if s.Kind == nft.Drop {
-							acting++
-						}
-					case nft.Reject, nft.Masquerade, nft.MarkSet:
-						acting++
-					}
-				}
-			}
-		}
-		for _, c := range p.chains {
-			if c.Hook == "" && !reached[c.Name] {
-				t.Errorf("%s: chain %s is reached by no jump", in.family, c.Name)
-			}
-		}
-		if acting < 6 {
-			t.Errorf("%s: only %d rules drop, reject, mark or masquerade: the walk proves little", in.family, acting)
-		}
-	}
-
-	// The walk sees a missing gate.
-	p, err := buildNFTProgramme(inputs[0])
-	if err != nil {
-		t.Fatal(err)
-	}
-	f := newNFTFamily(v1.IPv4Protocol)
-	p.rules[f.name("filter-input")] = p.rules[f.name("filter-input")][1:]
-	u := ungated(p, f)
-	if len(u) == 0 || !strings.Contains(strings.Join(u, "\n"), "ip-ipvs-filter rule 5: ct state new ip daddr @ip-ipvs-ips reject") {
-		t.Errorf("without the input chain's gate the walk found only:\n%s", strings.Join(u, "\n"))
+	k.NFTRules = nft.NewFakeRuleset(nftrules.Table())
+	if _, err := NewProxier(context.Background(), e.opts, k, e.clock); err == nil || !strings.Contains(err.Error(), nftrules.EnvLivenessTimeout) {
+		t.Errorf("NewProxier with a bad %s: %v", nftrules.EnvLivenessTimeout, err)
 	}
 }
 
@@ -222,7 +100,7 @@ func TestNFTLapsedTableTouchesNoPacket(t *testing.T) {
 		t.Fatalf("only %d flows differ without the table: the test proves little", acted)
 	}
 	nt.lapse()
-	if els := nt.st.Elements[newNFTFamily(v1.IPv4Protocol).name(nftAliveSet)]; len(els) != 0 {
+	if els := nt.st.Elements["ip-alive"]; len(els) != 0 {
 		t.Fatalf("the liveness element has not lapsed: %v", els)
 	}
 	for _, tc := range cases {
@@ -294,7 +172,7 @@ func TestNFTAliveWithTheProgramme(t *testing.T) {
 // left, by one transaction of two operations, and by no other; once the daemon
 // stops the element lapses.
 func TestNFTAliveRenewedOnlyWhenHalfIsLeft(t *testing.T) {
-	t.Setenv(EnvNFTLivenessTimeout, "40s")
+	t.Setenv(nftrules.EnvLivenessTimeout, "40s")
 	e := newTestEnv(t, v1.IPv4Protocol)
 	rs := newClockedFake(e)
 	e.useRulesBackend(RulesBackendNFTables, rs, true)
@@ -420,7 +298,7 @@ func TestNFTAliveRepaired(t *testing.T) {
 
 	// Found gone by a renewal between full syncs (a lifetime shorter than two sync
 	// periods): the same run of the loop is a full sync, which brings it back.
-	t.Setenv(EnvNFTLivenessTimeout, "40s")
+	t.Setenv(nftrules.EnvLivenessTimeout, "40s")
 	e = newTestEnv(t, v1.IPv4Protocol, func(o *Options) { o.SyncPeriod = 10 * time.Minute })
 	rs = newClockedFake(e)
 	e.useRulesBackend(RulesBackendNFTables, rs, true)
@@ -442,20 +320,18 @@ func TestNFTUpgradeFromAnUngatedTable(t *testing.T) {
 	e.useRulesBackend(RulesBackendNFTables, rs, true)
 	e.start(nftServices()...)
 	// What the older version left: the same programme without gate and alive set.
-	prog, err := buildNFTProgramme(e.p.rulesInput(nil))
-	if err != nil {
-		t.Fatal(err)
-	}
-	f := newNFTFamily(v1.IPv4Protocol)
-	for _, c := range prog.chains {
-		if c.Hook != "" {
-			prog.rules[c.Name] = prog.rules[c.Name][1:]
+	st := rs.State()
+	tx := nft.NewTransaction()
+	for name, c := range st.Chains {
+		if c.Hook == "" {
+			continue
+		}
+		tx.FlushChain(name)
+		for _, r := range st.Rules[name][1:] { // the gate is every base chain's first rule
+			tx.AddRule(name, r)
 		}
 	}
-	prog.sets = slices.DeleteFunc(prog.sets, func(s nft.Set) bool { return s.Name == f.name(nftAliveSet) })
-	tx := nft.NewTransaction()
-	prog.writeAll(tx, f.name(nftOutFilterChain))
-	tx.DeleteSet(f.name(nftAliveSet))
+	tx.DeleteSet("ip-alive")
 	if err := rs.FakeRuleset.Run(context.Background(), tx); err != nil {
 		t.Fatal(err)
 	}

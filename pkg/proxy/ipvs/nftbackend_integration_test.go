@@ -9,6 +9,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	utilexec "k8s.io/utils/exec"
 
+	nftrules "github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/proxy/ipvs/rules/nftables"
 	nft "github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/nftables"
 	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/testing/netns"
 )
@@ -20,13 +21,13 @@ import (
 // what the Fake's is.
 func TestIntegrationNFTBackend(t *testing.T) {
 	netns.Run(t, func(t *testing.T) {
-		real, err := nft.NewNetlink(nftTable, utilexec.New())
+		real, err := nft.NewNetlink(nftrules.Table(), utilexec.New())
 		if err != nil {
 			t.Fatal(err)
 		}
-		rulesets := []nft.Ruleset{real, nft.NewFakeRuleset(nftTable)}
+		rulesets := []nft.Ruleset{real, nft.NewFakeRuleset(nftrules.Table())}
 		// Someone else's writes go through a socket of their own, as nft's would.
-		other, err := nft.NewNetlink(nftTable, utilexec.New())
+		other, err := nft.NewNetlink(nftrules.Table(), utilexec.New())
 		if err != nil {
 			t.Fatal(err)
 		}

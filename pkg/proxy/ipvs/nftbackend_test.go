@@ -13,6 +13,8 @@ import (
 	"golang.org/x/sys/unix"
 	v1 "k8s.io/api/core/v1"
 
+	iptablesrules "github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/proxy/ipvs/rules/iptables"
+	nftrules "github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/proxy/ipvs/rules/nftables"
 	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/ipset"
 	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/iptables"
 	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/ipvs"
@@ -94,7 +96,7 @@ func nftServices() []any {
 // iptables on the node, the first sync writes the programme and every element in
 // the table, and IPVS as the iptables backend would.
 func TestNFTBackendStartWritesTheTable(t *testing.T) {
-	rs := nft.NewFakeRuleset(nftTable)
+	rs := nft.NewFakeRuleset(nftrules.Table())
 	e := newNFTEnv(t, v1.IPv4Protocol, rs)
 	e.start(nftServices()...)
 
@@ -153,7 +155,7 @@ element ip-node-port-local udp . 30053
 // TestNFTBackendChangesAreProportional: a new Service is one transaction of
 // elements; an endpoint change of an existing Service writes nothing to nftables.
 func TestNFTBackendChangesAreProportional(t *testing.T) {
-	rs := nft.NewFakeRuleset(nftTable)
+	rs := nft.NewFakeRuleset(nftrules.Table())
 	e := newNFTEnv(t, v1.IPv4Protocol, rs)
 	e.start(nftServices()...)
 
@@ -219,7 +221,7 @@ element ip-load-balancer-source 203.0.113.7 . tcp . 443 . 203.0.113.7
 // TestNFTBackendRepairsDrift: elements someone removed or added, a chain someone
 // deleted and a chain someone flushed are put right by the periodic full sync.
 func TestNFTBackendRepairsDrift(t *testing.T) {
-	rs := nft.NewFakeRuleset(nftTable)
+	rs := nft.NewFakeRuleset(nftrules.Table())
 	e := newNFTEnv(t, v1.IPv4Protocol, rs)
 	e.start(nftServices()...)
 	want := nftDump(t, rs)
@@ -305,7 +307,7 @@ func (r *refusingRuleset) Run(ctx context.Context, tx *nft.Transaction) error {
 	if r.refuse != "" {
 		for _, l := range strings.Split(tx.String(), "\n") {
 			if strings.HasPrefix(l, "add element ") && strings.Contains(l, r.refuse) {
-				return &nft.OpError{Table: nftTable, Op: l, Err: fmt.Errorf("injected: %w", unix.EINVAL)}
+				return &nft.OpError{Table: nftrules.Table(), Op: l, Err: fmt.Errorf("injected: %w", unix.EINVAL)}
 			}
 		}
 	}
@@ -316,7 +318,7 @@ func (r *refusingRuleset) Run(ctx context.Context, tx *nft.Transaction) error {
 // its Service (its virtual server waits), the other Services' elements and virtual
 // servers go in, and the element is retried until it lands.
 func TestNFTBackendRefusedElementHoldsBackOnlyItsService(t *testing.T) {
-	rs := &refusingRuleset{FakeRuleset: nft.NewFakeRuleset(nftTable)}
+	rs := &refusingRuleset{FakeRuleset: nft.NewFakeRuleset(nftrules.Table())}
 	e := newNFTEnv(t, v1.IPv4Protocol, rs)
 	e.start(makeService("ns", "a", clusterIP("10.96.0.1"), port("p", v1.ProtocolTCP, 80, 0)),
 		makeSlice("ns", "a", "a-1", tcp("p", 80), endpoint("10.244.2.1")))
@@ -370,7 +372,7 @@ element ip-cluster-ip 10.96.0.3 . tcp . 80
 // neither full syncs, repairs nor a switch of one family back to iptables touch the
 // other family's objects.
 func TestNFTBackendFamiliesShareTheTable(t *testing.T) {
-	rs := nft.NewFakeRuleset(nftTable)
+	rs := nft.NewFakeRuleset(nftrules.Table())
 	v4 := newNFTEnv(t, v1.IPv4Protocol, rs)
 	v6 := newNFTEnv(t, v1.IPv6Protocol, rs)
 	v4.start(nftServices()...)
@@ -419,7 +421,7 @@ func TestNFTBackendFamiliesShareTheTable(t *testing.T) {
 // keeps its iptables chains and ipsets until the table is written, then holds only
 // the table; switched back, only the chains and ipsets.
 func TestRulesBackendSwitch(t *testing.T) {
-	rs := nft.NewFakeRuleset(nftTable)
+	rs := nft.NewFakeRuleset(nftrules.Table())
 	e := newTestEnv(t, v1.IPv4Protocol)
 	e.start(nftServices()...)
 	wantSets, wantIPT, wantIPVS := e.ipset.Dump(), e.iptablesSave(), e.ipvs.Dump()
@@ -490,7 +492,7 @@ func TestRulesBackendRefusedWithoutItsKernel(t *testing.T) {
 // as well as the iptables backend's chains and ipsets.
 func TestCleanupRemovesBothBackends(t *testing.T) {
 	ctx := context.Background()
-	rs := nft.NewFakeRuleset(nftTable)
+	rs := nft.NewFakeRuleset(nftrules.Table())
 	e := newNFTEnv(t, v1.IPv4Protocol, rs)
 	e.start(makeService("ns", "np", clusterIP("10.96.0.1"), port("p", v1.ProtocolTCP, 80, 30080)),
 		makeSlice("ns", "np", "np-1", tcp("p", 80), endpoint("10.244.2.1")))
@@ -501,7 +503,7 @@ func TestCleanupRemovesBothBackends(t *testing.T) {
 	}
 	// An ipset of the iptables backend's, from an earlier run.
 	tx := &ipset.Transaction{}
-	tx.Create(setSpecs(v1.IPv4Protocol)[1])
+	tx.Create(iptablesrules.SetSpecs(v1.IPv4Protocol)[1])
 	if err := e.ipset.Apply(ctx, tx); err != nil {
 		t.Fatal(err)
 	}
@@ -531,7 +533,7 @@ func TestCleanupRemovesBothBackends(t *testing.T) {
 // the iptables backend's rules send it.
 func TestNFTBackendFlows(t *testing.T) {
 	_, cases := packetFlowCases(t)
-	rs := nft.NewFakeRuleset(nftTable)
+	rs := nft.NewFakeRuleset(nftrules.Table())
 	e := newNFTEnv(t, v1.IPv4Protocol, rs, func(o *Options) {
 		o.LocalDetectorArgs = []string{"!", "-s", "10.244.0.0/16"}
 	})
@@ -543,53 +545,5 @@ func TestNFTBackendFlows(t *testing.T) {
 				t.Errorf("trace(%+v) = %q, want %q", tc.pkt, got, tc.want)
 			}
 		})
-	}
-}
-
-// TestNFTEntryIsTheInverseOfNFTElement: every element that stands for one ipset
-// entry reads back as that entry; source ranges and elements no entry makes do not.
-func TestNFTEntryIsTheInverseOfNFTElement(t *testing.T) {
-	n := 0
-	for _, byBase := range nftSampleEntries {
-		for base, entries := range byBase {
-			info, _ := nftSetFor(base)
-			for _, entry := range entries {
-				set, fields, err := nftElement(member(base, entry))
-				if err != nil || set != info.name {
-					t.Fatalf("%s %q: %s %v", base, entry, set, err)
-				}
-				got, ok := nftEntry(info, fields)
-				if isSourceRangeSet(base) {
-					if ok {
-						t.Errorf("source range %q read back as entry %v", entry, got)
-					}
-					continue
-				}
-				if !ok || got != member(base, entry) {
-					t.Errorf("%s %q read back as %v, %v", base, entry, got, ok)
-				}
-				n++
-			}
-		}
-	}
-	if n < 15 {
-		t.Errorf("only %d entries checked", n)
-	}
-	for _, c := range []struct {
-		set    string
-		fields []string
-	}{
-		{"node-port", []string{"sctp", "30080"}},
-		{"health-check-node-port", []string{"udp", "31000"}},
-		{"cluster-ip", []string{"10.96.0.1", "tcp"}},
-		{"ipvs-ips", []string{"10.96.0.1", "tcp", "80"}},
-	} {
-		for _, info := range nftSetTable {
-			if info.name == c.set {
-				if e, ok := nftEntry(info, c.fields); ok {
-					t.Errorf("%s %q read back as entry %v", c.set, c.fields, e)
-				}
-			}
-		}
 	}
 }

@@ -15,10 +15,13 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
 	testingclock "k8s.io/utils/clock/testing"
 
+	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/proxy/ipvs/rules"
+	nftrules "github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/proxy/ipvs/rules/nftables"
 	nft "github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/nftables"
 )
 
@@ -29,57 +32,40 @@ type nftTracer struct {
 	clock   *testingclock.FakePassiveClock
 }
 
-// nftTracerFor loads the nftables programme of e's proxier into a Fake.
+// nftTracer loads the desired state of e's proxier into a fake table through the
+// nftables backend itself: the programme, every member, the out filter and the
+// liveness element, as a full sync writes them.
 func (e *testEnv) nftTracer() *nftTracer {
 	t := e.t
 	p := e.p
-	prog, err := buildNFTProgramme(p.rulesInput(p.outFilterRules(nil)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	fake := nft.NewFakeRuleset(nftTable)
+	fake := nft.NewFakeRuleset(nftrules.Table())
 	clk := testingclock.NewFakePassiveClock(e.clock.Now())
 	fake.SetClock(clk)
-	tx := nft.NewTransaction()
-	prog.writeAll(tx)
-	f := newNFTFamily(p.opts.IPFamily)
-	f.writeAlive(tx, minNFTLiveness)
-	all, err := e.ipset.SaveAll(context.Background())
+	b, err := nftrules.New(p.rulesConfig(), rules.Kernel{NFTRules: fake})
 	if err != nil {
 		t.Fatal(err)
 	}
-	var sources [][]string
-	for name, s := range all {
-		base, ok := p.reverse[name]
-		if !ok {
-			continue
-		}
-		for _, entry := range s.Entries {
-			set, fields, err := nftElement(member(base, entry))
-			if err != nil {
-				t.Fatal(err)
-			}
-			if set == "load-balancer-source" {
-				sources = append(sources, fields)
-				continue
-			}
-			tx.AddElements(f.name(set), fields)
+	var changes []rules.Change
+	for _, set := range rules.Sets() {
+		for _, m := range p.index.Members(set) {
+			changes = append(changes, rules.Change{Member: m, Add: true})
 		}
 	}
-	sources, err = nftSourceRanges(sources)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tx.AddElements(f.name("load-balancer-source"), sources...)
-	if err := fake.Run(context.Background(), tx); err != nil {
-		t.Fatalf("loading the nftables programme: %v", err)
+	outs := p.outFilterRules(nil)
+	var stats SyncStats
+	for _, step := range []rules.Step{rules.Prepare{Out: outs}, rules.Members{Changes: changes, Full: true},
+		rules.Rules{Out: outs, Text: b.Text(p.index, outs)}, rules.Jumps{}} {
+		var out rules.Outcome
+		if err := b.Apply(context.Background(), p.index, step, &stats, &out); err != nil || len(out.Refused) > 0 {
+			t.Fatalf("loading the nftables programme (%s): %v %v", step, err, out.Refused)
+		}
 	}
 	return &nftTracer{tracer: e.tracer(), st: fake.State(), fake: fake, clock: clk}
 }
 
 // lapse lets the liveness element lapse, as when the daemon has stopped for good.
 func (tr *nftTracer) lapse() {
-	tr.clock.SetTime(tr.clock.Now().Add(minNFTLiveness))
+	tr.clock.SetTime(tr.clock.Now().Add(24 * time.Hour))
 	tr.st = tr.fake.State()
 }
 

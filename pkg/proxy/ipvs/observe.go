@@ -3,7 +3,6 @@ package ipvs
 import (
 	"context"
 	"fmt"
-	"maps"
 	"net"
 	"slices"
 	"sort"
@@ -13,7 +12,6 @@ import (
 
 	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/proxy/ipvs/rules"
 	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/ipfamily"
-	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/ipset"
 	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/ipvs"
 	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/netlink"
 )
@@ -101,12 +99,11 @@ func (p *Proxier) excluded(ip net.IP) bool {
 // nftables set), one address dump.
 // It runs in the sync loop or, for a periodic resync, beside it (with handles of its
 // own): it reads only what does not change after construction.
-func (p *Proxier) observe(ctx context.Context, ipvsH ipvs.Interface, nl netlink.Handle, stats *SyncStats) (*appliedState, error) {
+func (p *Proxier) observe(ctx context.Context, ipvsH ipvs.Interface, nl netlink.Handle, read rules.ReadFunc, stats *SyncStats) (*appliedState, error) {
 	st := &appliedState{
 		vs:      map[vsKey]*appliedVS{},
 		entries: sets.New[rules.Member](),
 		addrs:   sets.New[string](),
-		sets:    map[string]*ipset.Set{},
 	}
 	stats.count(opDumpIPVS)
 	// Only this family's, so the IPv6 proxier of an IPv4-only node reads no real
@@ -128,9 +125,11 @@ func (p *Proxier) observe(ctx context.Context, ipvsH ipvs.Interface, nl netlink.
 		st.vs[keyOfVS(vs)] = a
 	}
 	stats.phase(p.clock.Now(), "observe-ipvs")
-	if err := p.rules.observeSets(ctx, st, stats); err != nil {
+	o, err := read(ctx, stats)
+	if err != nil {
 		return nil, err
 	}
+	st.entries, st.rules, st.rulesChecked = o.Members, o, o.RulesChecked
 	stats.phase(p.clock.Now(), "observe-sets")
 	// The device is created here, before its addresses are read, so a first start
 	// and a device someone deleted look alike: empty.
@@ -146,33 +145,4 @@ func (p *Proxier) observe(ctx context.Context, ipvsH ipvs.Interface, nl netlink.
 		st.addrs.Insert(a.String())
 	}
 	return st, nil
-}
-
-// observeIPSets reads this family's ipsets into st: the iptables rules backend's
-// sets. Only those are read (ipset.SaveSets): the other family's sets, which hold
-// every Service of a single-stack node, and other software's sets cost nothing.
-func (p *Proxier) observeIPSets(ctx context.Context, st *appliedState, stats *SyncStats) error {
-	stats.count(opIPSetSave)
-	saved, err := p.kernel.IPSet.SaveSets(ctx, slices.Sorted(maps.Keys(p.reverse)))
-	if err != nil {
-		return fmt.Errorf("listing ipsets: %w", err)
-	}
-	for name, s := range saved {
-		base, ours := p.reverse[name]
-		if !ours {
-			continue
-		}
-		hdr := s.Set
-		st.sets[name] = &hdr
-		for _, e := range s.Entries {
-			m, err := parseIPSetEntry(base, e)
-			if err != nil {
-				// Not a member this set's type can hold: the set is replaced.
-				p.logger.V(2).Info("Unreadable ipset member", "set", name, "err", err)
-				continue
-			}
-			st.entries.Insert(m)
-		}
-	}
-	return nil
 }

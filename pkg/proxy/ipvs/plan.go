@@ -27,7 +27,7 @@ type syncPlan struct {
 	// (rules_beside.go): neither is written unless the text changed.
 	rulesChecked bool
 	// sets are the ipset member changes, sent as one `ipset restore`.
-	sets []setChange
+	sets []rules.Change
 	// binds are addresses to bind to kube-ipvs0.
 	binds []string
 	// iptables is the text of our chains when it must be written, else nil.
@@ -41,11 +41,8 @@ type syncPlan struct {
 	unbinds []string
 }
 
-// setChange adds or deletes one ipset member.
-type setChange struct {
-	entry rules.Member
-	add   bool
-}
+// setChange adds or deletes one set member.
+type setChange = rules.Change
 
 type vsAction uint8
 
@@ -119,7 +116,7 @@ func planSync(in *planInput) *syncPlan {
 	for e := range t.entries {
 		want, have := ix.hasEntry(e), a.entries.Has(e)
 		if want != have {
-			pl.sets = append(pl.sets, setChange{entry: e, add: want})
+			pl.sets = append(pl.sets, rules.Change{Member: e, Add: want})
 		}
 	}
 	// Deterministic order (the kernel does not care; tests and logs do).
@@ -247,17 +244,13 @@ func sameList(a, b []desiredRS) bool {
 	return len(a) == len(b) && (len(a) == 0 || &a[0] == &b[0])
 }
 
-func compareSetChanges(x, y setChange) int { return rules.Compare(x.entry, y.entry) }
+func compareSetChanges(x, y rules.Change) int { return rules.Compare(x.Member, y.Member) }
 
 // String prints the plan, one write per line, for V(4) logs and tests.
 func (pl *syncPlan) String() string {
 	var b strings.Builder
 	for _, s := range pl.sets {
-		op := "del"
-		if s.add {
-			op = "add"
-		}
-		fmt.Fprintf(&b, "set %s %s %s\n", op, s.entry.Set, s.entry)
+		fmt.Fprintf(&b, "%s\n", s)
 	}
 	for _, a := range pl.binds {
 		fmt.Fprintf(&b, "bind %s\n", a)

@@ -18,7 +18,6 @@ import (
 	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/proxy"
 	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/proxy/ipvs/rules"
 	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/proxy/metrics"
-	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/ipset"
 	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/ipvs"
 )
 
@@ -37,18 +36,17 @@ func TestPlanIsData(t *testing.T) {
 	tch := newTouched()
 	ix.set(owner, &serviceState{
 		virtualServers: []*desiredVS{{port: proxy.ServicePortName{NamespacedName: owner}, vs: vs, key: key, realServers: []desiredRS{rs("10.244.2.1", 80, 1), rs("10.244.2.3", 80, 1)}}},
-		setEntries:     []rules.Member{member(setClusterIP, "10.96.0.1,tcp:80")},
+		setEntries:     []rules.Member{member(rules.ClusterIP, "10.96.0.1,tcp:80")},
 		bindAddrs:      []string{"10.96.0.1"},
 	}, tch)
 	oldVS := *vs
 	oldVS.Scheduler = "lc"
 	applied := &appliedState{
 		vs:      map[vsKey]*appliedVS{key: {vs: &oldVS, rs: []desiredRS{rs("10.244.2.1", 80, 0), rs("10.244.2.2", 80, 1), rs("10.244.2.9", 80, 1)}}},
-		entries: sets.New(member(setClusterIP, "10.96.0.99,tcp:80")),
+		entries: sets.New(member(rules.ClusterIP, "10.96.0.99,tcp:80")),
 		addrs:   sets.New("10.96.0.99"),
-		sets:    map[string]*ipset.Set{},
-	}
-	tch.entries.Insert(member(setClusterIP, "10.96.0.99,tcp:80"))
+		}
+	tch.entries.Insert(member(rules.ClusterIP, "10.96.0.99,tcp:80"))
 	tch.addrs.Insert("10.96.0.99")
 	draining := map[drainKey]bool{{key, rs("10.244.2.9", 80, 1).key}: true}
 	in := &planInput{
@@ -75,7 +73,7 @@ unbind 10.96.0.99
 		t.Errorf("plan (-want +got):\n%s", d)
 	}
 	// Pure: the inputs are unchanged and a second plan is identical.
-	if applied.vs[key].rs[0] != before || applied.vs[key].vs.Scheduler != "lc" || !applied.entries.Has(member(setClusterIP, "10.96.0.99,tcp:80")) {
+	if applied.vs[key].rs[0] != before || applied.vs[key].vs.Scheduler != "lc" || !applied.entries.Has(member(rules.ClusterIP, "10.96.0.99,tcp:80")) {
 		t.Errorf("planSync changed its input")
 	}
 	if again := planSync(in).String(); again != got {
@@ -85,7 +83,7 @@ unbind 10.96.0.99
 	// Unchanged rules, the same list shared: nothing to write.
 	applied.iptables = []byte("rules")
 	applied.vs[key] = &appliedVS{vs: vs, rs: ix.virtualServer(key).realServers}
-	applied.entries = sets.New(member(setClusterIP, "10.96.0.1,tcp:80"), member(setIPVSIPs, "10.96.0.1"))
+	applied.entries = sets.New(member(rules.ClusterIP, "10.96.0.1,tcp:80"), member(rules.IPVSIPs, "10.96.0.1"))
 	applied.addrs = sets.New("10.96.0.1")
 	if pl := planSync(in); pl.writes() != 0 || pl.String() != "" {
 		t.Errorf("plan for a converged state: %q", pl.String())

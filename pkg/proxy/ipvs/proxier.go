@@ -151,9 +151,7 @@ type Proxier struct {
 	initialized          atomic.Bool
 	syncRunner           *async.BoundedFrequencyRunner
 
-	names   setNames
-	reverse map[string]rules.Set // family set name -> set
-	index   *desiredIndex
+	index *desiredIndex
 	// svcPorts are the port names of every Service with ports in this family, as
 	// the service tracker reports them.
 	svcPorts map[types.NamespacedName][]proxy.ServicePortName
@@ -167,7 +165,7 @@ type Proxier struct {
 	// rules is the rules backend (backend.go); otherBackendRemoved: what the other
 	// backend left of this family is gone (after the first full sync that wrote
 	// every member and rule).
-	rules               rulesBackend
+	rules               rules.Backend
 	otherBackendRemoved bool
 	// beside is the run of those removals beside the sync loop (nil when none;
 	// cleanup_beside.go).
@@ -209,9 +207,6 @@ type Proxier struct {
 	betweenSlices func()
 	// setsEmptied is set by a backend's prepare that wrote its sets anew (empty).
 	setsEmptied bool
-	// rulesGuard orders the writes of our iptables chains, in the loop and beside
-	// it (rules_beside.go).
-	rulesGuard rulesGuard
 }
 
 // SyncStats describes one sync.
@@ -315,7 +310,6 @@ func NewProxier(ctx context.Context, opts Options, kernel Kernel, clk clock.Cloc
 		endpointsChanges: proxy.NewEndpointsChangeTracker(opts.IPFamily, opts.NodeName),
 		svcPortMap:       proxy.ServicePortMap{},
 		endpointsMap:     proxy.EndpointsMap{},
-		names:            newSetNames(opts.IPFamily),
 		index:            newDesiredIndex(),
 		svcPorts:         map[types.NamespacedName][]proxy.ServicePortName{},
 		needFull:         true,
@@ -329,12 +323,8 @@ func NewProxier(ctx context.Context, opts Options, kernel Kernel, clk clock.Cloc
 		extClaims:        map[vsKey]sets.Set[types.NamespacedName]{},
 		goResync:         func(f func()) { go f() },
 	}
-	if p.rules, err = newRulesBackend(p, opts, kernel); err != nil {
+	if p.rules, err = newRulesBackend(opts.RulesBackend, p.rulesConfig(), rulesKernel(kernel)); err != nil {
 		return nil, err
-	}
-	p.reverse = make(map[string]rules.Set, len(p.names))
-	for base, n := range p.names {
-		p.reverse[n] = base
 	}
 	p.bc = buildContext{
 		family:           opts.IPFamily,
@@ -499,7 +489,9 @@ func (p *Proxier) syncProxyRules() {
 	// Before anything else, initialized or not: the nftables backend's rules stay
 	// on only while they are renewed (nftalive.go).
 	var alive SyncStats
-	p.rules.keepAlive(p.ctx, &alive)
+	if err := p.applyRules(p.ctx, rules.KeepAlive{}, &alive, nil); err != nil {
+		p.logger.Error(err, "Failed to keep the rules on")
+	}
 	if !p.initialized.Load() {
 		p.logger.V(2).Info("Not syncing ipvs rules until Services and Endpoints have been received from master")
 		return

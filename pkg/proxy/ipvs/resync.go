@@ -47,7 +47,7 @@ func (j *journal) notePlan(pl *syncPlan) {
 		return
 	}
 	for _, c := range pl.sets {
-		j.entries.Insert(c.entry)
+		j.entries.Insert(c.Member)
 	}
 	for _, a := range pl.binds {
 		j.addrs.Insert(a)
@@ -113,12 +113,6 @@ func (j *journal) correct(snap, applied *appliedState) {
 		}
 		d.recountSet(snap, base)
 	}
-	if j.rewritten.Len() > 0 {
-		// Headers: the applied ones are what the resizes left.
-		for name, hdr := range applied.sets {
-			snap.sets[name] = hdr
-		}
-	}
 }
 
 // startResync starts a resync read beside the sync loop.
@@ -131,31 +125,24 @@ func (p *Proxier) startResync() {
 		ipvsH, nl = p.kernel.Reader.IPVS, p.kernel.Reader.Netlink
 	}
 	ctx := p.ctx
-	// With the iptables backend the read also checks our chains and jumps.
-	_, checkRules := p.rules.(iptablesBackend)
+	// The backend may check the rules it last wrote as it reads (the iptables
+	// backend checks our chains and jumps).
 	var want []byte
-	var gen uint64
-	if checkRules && p.applied != nil {
+	if p.applied != nil {
 		want = p.applied.iptables
-		p.rulesGuard.mu.Lock()
-		gen = p.rulesGuard.gen
-		p.rulesGuard.mu.Unlock()
 	}
+	read := p.rules.Observe(want)
 	p.goResync(func() {
 		defer close(r.done)
 		r.stats.phase(p.clock.Now(), "")
-		r.state, r.err = p.observe(ctx, ipvsH, nl, &r.stats)
+		r.state, r.err = p.observe(ctx, ipvsH, nl, read, &r.stats)
 		r.stats.phase(p.clock.Now(), "observe-addrs")
 		if r.err == nil {
-			r.state.digests = digestsOf(r.state)
-			r.stats.phase(p.clock.Now(), "digests")
-		}
-		if r.err == nil && checkRules && p.kernel.IPTables != nil {
-			r.state.rulesChecked = p.checkRulesBeside(ctx, want, gen, &r.stats)
 			if r.state.rulesChecked {
 				r.state.iptables = want
 			}
-			r.stats.phase(p.clock.Now(), "rules")
+			r.state.digests = digestsOf(r.state)
+			r.stats.phase(p.clock.Now(), "digests")
 		}
 		if p.syncRunner != nil {
 			p.syncRunner.Run() // the next sync takes it

@@ -13,6 +13,8 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 
+	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/proxy/ipvs/rules"
+	nftrules "github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/proxy/ipvs/rules/nftables"
 	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/ipvs"
 	nft "github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/nftables"
 )
@@ -42,7 +44,7 @@ func heldBackThroughResync(t *testing.T, backend string, sliceKeys, startAt int)
 	var refuse func(on bool)
 	reason := heldBackIPSet
 	if backend == "nftables" {
-		rs := &refusingRuleset{FakeRuleset: nft.NewFakeRuleset(nftTable)}
+		rs := &refusingRuleset{FakeRuleset: nft.NewFakeRuleset(nftrules.Table())}
 		e = newNFTEnv(t, v1.IPv4Protocol, rs)
 		refuse = func(on bool) {
 			rs.refuse = ""
@@ -192,7 +194,7 @@ func TestWaitingServiceNotRepairedByAResync(t *testing.T) {
 				t.Fatal(err)
 			}
 			e.clock.Step(e.opts.SyncPeriod / 2) // the member's retry is due in 1 s
-			e.p.retries[retryKey{kind: retryEntry, entry: member(setExternalIP, "192.0.2.99,tcp:80")}].next = e.clock.Now().Add(time.Hour)
+			e.p.retries[retryKey{kind: retryEntry, entry: member(rules.ExternalIP, "192.0.2.99,tcp:80")}].next = e.clock.Now().Add(time.Hour)
 			e.clock.Step(e.opts.SyncPeriod)
 			st := e.mustSync()
 			if !st.Full {
@@ -205,7 +207,7 @@ func TestWaitingServiceNotRepairedByAResync(t *testing.T) {
 				t.Errorf("drift repairs %v, want none (the one drift belongs to a held-back Service)", r)
 			}
 			e.ipset.InjectError = nil
-			e.p.retries[retryKey{kind: retryEntry, entry: member(setExternalIP, "192.0.2.99,tcp:80")}].next = e.clock.Now()
+			e.p.retries[retryKey{kind: retryEntry, entry: member(rules.ExternalIP, "192.0.2.99,tcp:80")}].next = e.clock.Now()
 			e.mustSync()
 			want := "TCP  10.96.0.99:80 rr\n  -> 10.244.9.9:80 Masq 1 0 0\nTCP  192.0.2.99:80 rr\n  -> 10.244.9.9:80 Masq 1 0 0\n"
 			if d := e.ipvs.Dump(); d != want {

@@ -62,7 +62,7 @@ func newResyncSlicer(ix *desiredIndex, a *appliedState, ag agreement, n int) *re
 		if walkSets && !walkKeys(w, maps.Keys(ix.setRefs), agreed, a.entries.Has, addEntry) {
 			return
 		}
-		if (!ag.addrs || !ag.sets[setIPVSIPs]) && !walkKeys(w, maps.Keys(ix.bindRefs), nil,
+		if (!ag.addrs || !ag.sets[rules.IPVSIPs]) && !walkKeys(w, maps.Keys(ix.bindRefs), nil,
 			func(addr string) bool { return a.addrs.Has(addr) && a.entries.Has(ipvsIPMember(addr)) },
 			func(addr string) { addAddr(addr); addEntry(ipvsIPMember(addr)) }) {
 			return

@@ -10,6 +10,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 
 	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/proxy"
+	nftrules "github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/proxy/ipvs/rules/nftables"
 	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/ipset"
 	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/iptables"
 	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/ipvs"
@@ -27,7 +28,7 @@ func TestResyncInSlices(t *testing.T) {
 			newEnv := func(sliceKeys int) *testEnv {
 				var e *testEnv
 				if backend == "nftables" {
-					e = newNFTEnv(t, v1.IPv4Protocol, nft.NewFakeRuleset(nftTable))
+					e = newNFTEnv(t, v1.IPv4Protocol, nft.NewFakeRuleset(nftrules.Table()))
 				} else {
 					e = newTestEnv(t, v1.IPv4Protocol)
 				}
@@ -63,7 +64,7 @@ func TestResyncInSlices(t *testing.T) {
 			kernel := func(e *testEnv) string {
 				s := e.ipvs.Dump() + e.nl.Dump()
 				if backend == "nftables" {
-					return s + nftLines(t, e.p.rules.(*nftBackend).rs, "element ")
+					return s + nftLines(t, nftRuleset(e), "element ")
 				}
 				return s + e.ipset.Dump()
 			}
@@ -210,11 +211,11 @@ func TestRulesCheckedBesideTheLoop(t *testing.T) {
 func swapClusterIPMember(t *testing.T, e *testEnv, from, to string) {
 	t.Helper()
 	ctx := context.Background()
-	if b, ok := e.p.rules.(*nftBackend); ok {
+	if b := nftRuleset(e); b != nil {
 		tx := nft.NewTransaction()
 		tx.DeleteElements("ip-cluster-ip", []string{from, "tcp", "80"})
 		tx.AddElements("ip-cluster-ip", []string{to, "tcp", "80"})
-		if err := b.rs.Run(ctx, tx); err != nil {
+		if err := b.Run(ctx, tx); err != nil {
 			t.Fatal(err)
 		}
 		return

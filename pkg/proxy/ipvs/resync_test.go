@@ -12,6 +12,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 
+	nftrules "github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/proxy/ipvs/rules/nftables"
 	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/proxy/metrics"
 	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/ipfamily"
 	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/ipvs"
@@ -212,7 +213,7 @@ func (c *countingRuleset) Run(ctx context.Context, tx *nft.Transaction) error {
 // lists its sets through it (the periodic resync's listing beside the loop then holds
 // back no element write of a change) and writes only through the loop's.
 func TestNFTSetListingsOnTheReaderSocket(t *testing.T) {
-	fake := nft.NewFakeRuleset(nftTable)
+	fake := nft.NewFakeRuleset(nftrules.Table())
 	loop, reader := &countingRuleset{Ruleset: fake}, &countingRuleset{Ruleset: fake}
 	e := newTestEnv(t, v1.IPv4Protocol)
 	e.opts.RulesBackend = RulesBackendNFTables

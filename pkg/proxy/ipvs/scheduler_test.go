@@ -17,6 +17,8 @@ import (
 
 	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/proxy"
 	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/proxy/apis/config"
+	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/proxy/ipvs/rules"
+	nftrules "github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/proxy/ipvs/rules/nftables"
 	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/iptables"
 	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/ipvs"
 	nft "github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/nftables"
@@ -242,7 +244,7 @@ func TestSchedulerChangeQuietsRefusals(t *testing.T) {
 			if family == v1.IPv6Protocol {
 				suffix = "/128"
 			}
-			rule := "-A KUBE-IPVS-OUT-FILTER -s " + vip + suffix + " " + match + ` -m comment --comment "` + quietComment + `" -j DROP`
+			rule := "-A KUBE-IPVS-OUT-FILTER -s " + vip + suffix + " " + match + ` -m comment --comment "` + rules.QuietComment + `" -j DROP`
 			if !strings.HasPrefix(w.atEdits[0], vip+"\n") || !strings.Contains(w.atEdits[0], rule+"\n") {
 				t.Errorf("during the scheduler change, want %q in:\n%s", rule, w.atEdits[0])
 			}
@@ -250,7 +252,7 @@ func TestSchedulerChangeQuietsRefusals(t *testing.T) {
 			if err := e.ipt.SaveInto(context.Background(), iptables.TableFilter, &buf); err != nil {
 				t.Fatal(err)
 			}
-			if strings.Contains(buf.String(), quietComment) {
+			if strings.Contains(buf.String(), rules.QuietComment) {
 				t.Errorf("the rule outlived the sync:\n%s", buf.String())
 			}
 			// A timeout change edits in place without a swap: nothing to quiet.
@@ -259,7 +261,7 @@ func TestSchedulerChangeQuietsRefusals(t *testing.T) {
 				s.Spec.SessionAffinity = v1.ServiceAffinityClientIP
 			}))
 			e.mustSync()
-			if len(w.atEdits) != 1 || strings.Contains(w.atEdits[0], quietComment) {
+			if len(w.atEdits) != 1 || strings.Contains(w.atEdits[0], rules.QuietComment) {
 				t.Errorf("an edit without a scheduler change quieted refusals: %q", w.atEdits)
 			}
 		})
@@ -275,15 +277,17 @@ func TestQuietRulesUndoneWhenDeleteFails(t *testing.T) {
 	}
 	e.start(svc(), makeSlice("ns", "web", "w-1", tcp("p", 80), endpoint("10.244.2.1")))
 	e.p.kernel.IPTables = &failingDelete{Interface: e.ipt}
+	e.reloadRules()
 	e.add(svc(annotate(proxy.AnnotationScheduler, "lc")))
 	e.mustSync()
-	if d := e.ipt.Dump(); !strings.Contains(d, quietComment) {
+	if d := e.ipt.Dump(); !strings.Contains(d, rules.QuietComment) {
 		t.Fatalf("the failing delete was not exercised:\n%s", d)
 	}
 	e.p.kernel.IPTables = e.ipt
+	e.reloadRules()
 	e.add(makeService("ns", "other", clusterIP("10.96.0.2"), port("p", v1.ProtocolTCP, 80, 0)))
 	e.mustSync()
-	if d := e.ipt.Dump(); strings.Contains(d, quietComment) {
+	if d := e.ipt.Dump(); strings.Contains(d, rules.QuietComment) {
 		t.Errorf("the rule survived the next sync:\n%s", d)
 	}
 }
@@ -326,7 +330,7 @@ func (w *watchingNFT) UpdateVirtualServer(ctx context.Context, vs *ipvs.VirtualS
 func TestNFTSchedulerChangeQuietsRefusals(t *testing.T) {
 	for _, family := range []v1.IPFamily{v1.IPv4Protocol, v1.IPv6Protocol} {
 		t.Run(string(family), func(t *testing.T) {
-			rs := nft.NewFakeRuleset(nftTable)
+			rs := nft.NewFakeRuleset(nftrules.Table())
 			e := newNFTEnv(t, family, rs)
 			vip, ep, set := "10.96.0.1", "10.244.2.1", "ip-quiet"
 			if family == v1.IPv6Protocol {
@@ -344,12 +348,12 @@ func TestNFTSchedulerChangeQuietsRefusals(t *testing.T) {
 			if want := []string{vip + ": element " + set + " " + vip}; !slices.Equal(w.atEdits, want) {
 				t.Errorf("at the edits: %q, want %q", w.atEdits, want)
 			}
-			// The address stays nftQuietLinger after the edits (a packet that found no
+			// The address stays nftrules.QuietLinger after the edits (a packet that found no
 			// scheduler may still be on its way to the ICMP error), then leaves.
 			if l := strings.TrimSpace(nftLines(t, rs, "element "+set)); l != "element "+set+" "+vip {
 				t.Errorf("right after the sync the set holds %q, want the address still", l)
 			}
-			e.clock.Step(nftQuietLinger - time.Millisecond)
+			e.clock.Step(nftrules.QuietLinger - time.Millisecond)
 			time.Sleep(50 * time.Millisecond)
 			if l := nftLines(t, rs, "element "+set); l == "" {
 				t.Error("the address left the set before the linger was over")
@@ -363,10 +367,10 @@ func TestNFTSchedulerChangeQuietsRefusals(t *testing.T) {
 			// second's linger; a full sync meanwhile keeps it.
 			e.add(svc(annotate(proxy.AnnotationScheduler, "sh")))
 			e.mustSync()
-			e.clock.Step(nftQuietLinger / 2)
+			e.clock.Step(nftrules.QuietLinger / 2)
 			e.add(svc(annotate(proxy.AnnotationScheduler, "wlc")))
 			e.mustSync()
-			e.clock.Step(nftQuietLinger / 2)
+			e.clock.Step(nftrules.QuietLinger / 2)
 			time.Sleep(50 * time.Millisecond)
 			if l := nftLines(t, rs, "element "+set); l == "" {
 				t.Error("the first change's end took the address out while the second's quiet lingered")
@@ -378,7 +382,7 @@ func TestNFTSchedulerChangeQuietsRefusals(t *testing.T) {
 			if l := nftLines(t, rs, "element "+set); l == "" {
 				t.Error("a full sync emptied the set while a change's quiet lingered")
 			}
-			e.clock.Step(nftQuietLinger / 2)
+			e.clock.Step(nftrules.QuietLinger / 2)
 			if !waitFor(5*time.Second, func() bool { return nftLines(t, rs, "element "+set) == "" }) {
 				t.Errorf("the address outlived the second linger: %s", nftLines(t, rs, "element "+set))
 			}

@@ -10,7 +10,6 @@ import (
 
 	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/proxy"
 	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/proxy/ipvs/rules"
-	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/ipset"
 	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/ipvs"
 )
 
@@ -21,12 +20,11 @@ type appliedState struct {
 	entries  sets.Set[rules.Member]
 	addrs    sets.Set[string]
 	iptables []byte
-	sets     map[string]*ipset.Set // family name -> header, of the sets that exist
-	// nftOther are the nftables elements no entry stands for one to one (the source
-	// ranges, and elements someone else added); nil with the iptables backend.
-	nftOther nftElements
-	// rulesChecked: a resync read that also checked our iptables chains and jumps
-	// beside the loop, which hold iptables (rules_beside.go).
+	// rules is the rules backend's reading of its sets, which it adopts with the
+	// state (nil once adopted, or after a write).
+	rules *rules.Observed
+	// rulesChecked: a resync read whose backend also checked the rules beside the
+	// loop, which hold iptables.
 	rulesChecked bool
 	// digests: a resync read's, taken beside the loop (digest.go); nil otherwise, and
 	// dropped once the read's first sync has used them.
@@ -144,7 +142,7 @@ func (p *Proxier) sync(ctx context.Context, full bool, snap *appliedState, chang
 		observed := snap
 		if observed == nil {
 			var err error
-			if observed, err = p.observe(ctx, p.kernel.IPVS, p.kernel.Netlink, &stats); err != nil {
+			if observed, err = p.observe(ctx, p.kernel.IPVS, p.kernel.Netlink, p.rules.Observe(nil), &stats); err != nil {
 				return stats, err
 			}
 			stats.phase(p.clock.Now(), "observe-addrs")
@@ -153,6 +151,10 @@ func (p *Proxier) sync(ctx context.Context, full bool, snap *appliedState, chang
 		// drift: someone else changed the kernel (or we missed an event).
 		stats.DriftCheck = p.applied != nil && !p.needFull
 		p.applied = observed
+		if observed.rules != nil {
+			p.rules.Adopt(observed.rules)
+			observed.rules = nil
+		}
 		digests := observed.digests
 		observed.digests = nil
 		p.endSlicing()
@@ -165,7 +167,7 @@ func (p *Proxier) sync(ctx context.Context, full bool, snap *appliedState, chang
 		t.outFilter, t.health = true, true
 		stats.phase(p.clock.Now(), "touch")
 		p.setsEmptied = false
-		if err := p.rules.prepare(ctx, &stats); err != nil {
+		if err := p.applyRules(ctx, rules.Prepare{Out: p.outFilterRules(nil)}, &stats, nil); err != nil {
 			return stats, err
 		}
 		stats.phase(p.clock.Now(), "prepare")
@@ -197,7 +199,7 @@ func (p *Proxier) sync(ctx context.Context, full bool, snap *appliedState, chang
 			}
 			stats.Compared += n
 		}
-		if err := p.rules.grow(ctx, &stats); err != nil {
+		if err := p.applyRules(ctx, rules.Grow{}, &stats, nil); err != nil {
 			return stats, err
 		}
 	}
@@ -218,7 +220,7 @@ func (p *Proxier) sync(ctx context.Context, full bool, snap *appliedState, chang
 		index:            p.index,
 		applied:          p.applied,
 		touched:          t,
-		rules:            p.rules.rulesText(outRules),
+		rules:            p.rules.Text(p.index, outRules),
 		rulesChecked:     full && snap != nil && snap.rulesChecked,
 		draining:         func(k drainKey) bool { _, ok := p.draining[k]; return ok },
 		drainTerminating: p.bc.drainTerminating,

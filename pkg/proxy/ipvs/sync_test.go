@@ -12,6 +12,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
 
+	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/proxy/ipvs/rules"
 	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/conntrack"
 	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/ipfamily"
 	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/ipset"
@@ -628,16 +629,16 @@ func TestIPSetGrowsPast65536(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		entries, err := e.ipset.ListEntries(t.Context(), setLoopBack.String())
+		entries, err := e.ipset.ListEntries(t.Context(), rules.LoopBack.String())
 		if err != nil {
 			t.Fatal(err)
 		}
 		for _, s := range sets {
-			if s.Name == setLoopBack.String() {
+			if s.Name == rules.LoopBack.String() {
 				return s.MaxElem, len(entries)
 			}
 		}
-		t.Fatalf("no %s", setLoopBack)
+		t.Fatalf("no %s", rules.LoopBack)
 		return 0, 0
 	}
 	if m, n := maxElem(); m != 65536 || n != 50000 {
@@ -761,6 +762,7 @@ func TestFullSyncReadsOnlyItsFamilysSets(t *testing.T) {
 	}
 	rec := &setReads{Interface: e.p.kernel.IPSet}
 	e.p.kernel.IPSet = rec
+	e.reloadRules()
 	e.start()
 	e.p.needFull = true
 	e.mustSync()

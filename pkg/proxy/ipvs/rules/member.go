@@ -8,9 +8,11 @@ package rules
 import (
 	"bytes"
 	"cmp"
+	"fmt"
 	"net"
 	"net/netip"
 	"strconv"
+	"strings"
 )
 
 // Set is one of the sets of service addresses and ports. The sets are upstream ipvs
@@ -98,6 +100,9 @@ func (s Set) String() string {
 	}
 	return setTable[s].name
 }
+
+// SourceRange says whether the set holds LoadBalancer source ranges.
+func (s Set) SourceRange() bool { return s == LoadBalancerSourceIP || s == LoadBalancerSourceCIDR }
 
 // Shape says which fields the set's members have.
 func (s Set) Shape() Shape {
@@ -267,3 +272,77 @@ func CompareOutFilters(a, b OutFilter) int {
 	return cmp.Or(bytes.Compare(a.VAddr[:], b.VAddr[:]), cmp.Compare(a.Proto, b.Proto), cmp.Compare(a.Port, b.Port),
 		bytes.Compare(a.Source[:], b.Source[:]))
 }
+
+// Entry is m in the entry form, the text ipset prints for members of its set's
+// type: "10.96.0.1,tcp:80", "10.96.0.1,tcp:80,10.244.0.0/16" (a host-length source
+// without its length), "30080", "10.96.0.1". Tests write members this way.
+func (m Member) Entry() string {
+	port := strconv.Itoa(int(m.Port))
+	switch m.Set.Shape() {
+	case ShapeAddr:
+		return m.IP().String()
+	case ShapePort:
+		return port
+	}
+	e := m.IP().String() + "," + ProtocolName(m.Proto) + ":" + port
+	if src := m.Source(); src.IsValid() {
+		if src.IsSingleIP() {
+			return e + "," + src.Addr().String()
+		}
+		return e + "," + src.String()
+	}
+	return e
+}
+
+// ParseEntry reads a member of set from its entry form (Entry).
+func ParseEntry(set Set, text string) (Member, error) {
+	bad := func() (Member, error) {
+		return Member{}, fmt.Errorf("set %s: entry %q has not the form of its members", set, text)
+	}
+	switch set.Shape() {
+	case ShapeAddr:
+		a, err := netip.ParseAddr(text)
+		if err != nil {
+			return bad()
+		}
+		return AddrMember(set, a.Unmap()), nil
+	case ShapePort:
+		port, err := strconv.ParseUint(text, 10, 16)
+		if err != nil {
+			return bad()
+		}
+		return PortMember(set, uint16(port)), nil
+	}
+	parts := strings.Split(text, ",")
+	want := 2
+	if set.Shape() != ShapeAddrPort {
+		want = 3
+	}
+	if len(parts) != want {
+		return bad()
+	}
+	a, err := netip.ParseAddr(parts[0])
+	protoText, portText, ok := strings.Cut(parts[1], ":")
+	port, perr := strconv.ParseUint(portText, 10, 16)
+	proto := ProtocolNumber(protoText)
+	if err != nil || !ok || perr != nil || proto == 0 {
+		return bad()
+	}
+	m := ServiceMember(set, a.Unmap(), proto, uint16(port))
+	if want == 2 {
+		return m, nil
+	}
+	src, err := netip.ParsePrefix(parts[2])
+	if err != nil {
+		sa, aerr := netip.ParseAddr(parts[2])
+		if aerr != nil {
+			return bad()
+		}
+		src = netip.PrefixFrom(sa.Unmap(), sa.Unmap().BitLen())
+	}
+	if set.Shape() == ShapeAddrPortSource && !src.IsSingleIP() {
+		return bad()
+	}
+	return SourceMember(set, a.Unmap(), proto, uint16(port), src), nil
+}
+

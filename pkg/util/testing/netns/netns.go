@@ -27,6 +27,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"regexp"
@@ -34,9 +35,11 @@ import (
 	"sync"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
+
 )
 
 const (
@@ -269,3 +272,33 @@ func nsID(path string) (string, error) {
 	}
 	return id, nil
 }
+
+// RefusedUDP sends one datagram to a closed port of addr and reports whether the
+// kernel's ICMP port unreachable came back (the socket reads ECONNREFUSED).
+func RefusedUDP(t *testing.T, addr string) bool {
+	t.Helper()
+	c, err := net.Dial("udp", net.JoinHostPort(addr, "9"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := c.Write([]byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	_ = c.SetReadDeadline(time.Now().Add(500 * time.Millisecond))
+	_, err = c.Read(make([]byte, 1))
+	switch {
+	case errors.Is(err, syscall.ECONNREFUSED):
+		return true
+	case errors.Is(err, syscall.EAGAIN) || isTimeout(err):
+		return false
+	}
+	t.Fatalf("reading from %s: %v", addr, err)
+	return false
+}
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
+

@@ -1,4 +1,4 @@
-package ipvs
+package nftables
 
 // The nftables rules backend (--ipvs-rules-backend=nftables): the programme of
 // nftprogramme.go in the table `inet kube-proxy-ipvs`, its set elements written by
@@ -27,11 +27,13 @@ import (
 	"sync"
 	"time"
 
-	"k8s.io/apimachinery/pkg/types"
+	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
 	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/proxy/ipvs/rules"
+	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/proxy/metrics"
 	nft "github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/nftables"
 )
 
@@ -39,9 +41,20 @@ import (
 // depend only on the configuration.
 const nftOutFilterChain = "ipvs-out-filter"
 
+// Name is the value of --ipvs-rules-backend that selects this backend.
+const Name = "nftables"
+
+// Registration makes this backend.
+var Registration = rules.Registration{Name: Name, New: New}
+
+// Table is the backend's table, shared by both families.
+func Table() nft.Table { return nftTable }
+
 type nftBackend struct {
-	p  *Proxier
-	rs nft.Ruleset
+	cfg   rules.Config
+	log   klog.Logger
+	clock clock.Clock
+	rs    nft.Ruleset
 	// read lists the sets (observeSets): the reader's socket when there is one,
 	// so the periodic resync's listing beside the loop holds back no write.
 	read nft.Ruleset
@@ -51,44 +64,129 @@ type nftBackend struct {
 	// the quiet set, so an address leaving it never races one coming in.
 	quietMu sync.Mutex
 	quieted map[string]int
-	// alive is what we know of the family's liveness element (nftalive.go).
+	// alive is what we know of the family's liveness element (alive.go).
 	alive liveness
+	// other are the elements no member stands for one to one (the source ranges,
+	// and elements someone else added), as last read or written.
+	other nftElements
+	// loud are the addresses of the last quiet, which Loud ends.
+	loud []string
 }
 
-func newNFTBackend(p *Proxier, rs nft.Ruleset, reader *KernelReader) (*nftBackend, error) {
-	b := &nftBackend{p: p, rs: rs, read: rs, fam: newNFTFamily(p.opts.IPFamily), quieted: map[string]int{}}
-	if reader != nil && reader.NFTRules != nil {
-		b.read = reader.NFTRules
+// reading is the backend's part of an Observed.
+type reading struct{ other nftElements }
+
+// New makes the backend; it needs the table's ruleset.
+func New(cfg rules.Config, k rules.Kernel) (rules.Backend, error) {
+	if k.NFTRules == nil {
+		return nil, fmt.Errorf("the %s rules backend needs an nftables ruleset: %w", Name, rules.ErrUnavailable)
 	}
-	d, fromEnv, err := nftLiveness(p.opts.SyncPeriod)
+	if k.NFTRules.Table() != nftTable {
+		return nil, fmt.Errorf("the %s rules backend writes table %s, not %s", Name, nftTable, k.NFTRules.Table())
+	}
+	b := &nftBackend{cfg: cfg, log: cfg.Logger, clock: cfg.Clock, rs: k.NFTRules, read: k.NFTRules,
+		fam: newNFTFamily(cfg.Family), quieted: map[string]int{}, other: nftElements{}}
+	if b.clock == nil {
+		b.clock = clock.RealClock{}
+	}
+	if k.NFTReader != nil {
+		b.read = k.NFTReader
+	}
+	d, fromEnv, err := nftLiveness(cfg.SyncPeriod)
 	if err != nil {
 		return nil, err
 	}
 	if fromEnv {
-		p.logger.Info("The nftables rules' liveness comes from the environment", "variable", EnvNFTLivenessTimeout, "lifetime", d, "syncPeriod", p.opts.SyncPeriod)
+		b.log.Info("The nftables rules' liveness comes from the environment", "variable", EnvNFTLivenessTimeout, "lifetime", d, "syncPeriod", cfg.SyncPeriod)
 	}
 	b.alive.timeout = d
 	return b, nil
 }
 
+func (b *nftBackend) Name() string { return Name }
+
+// RemovalsBeside is true: the removals touch iptables, ipsets and upstream's
+// tables, none of which this backend writes.
+func (b *nftBackend) RemovalsBeside() bool { return true }
+
+// Observe lists this family's sets (it checks no rules: every full sync writes
+// the programme again).
+func (b *nftBackend) Observe([]byte) rules.ReadFunc { return b.observeSets }
+
+// Adopt takes the reading's elements no member stands for.
+func (b *nftBackend) Adopt(o *rules.Observed) {
+	if r, ok := o.Private.(*reading); ok {
+		b.other = r.other
+	}
+}
+
+// Text names the out-filter rules: the only rules that change with Services.
+func (b *nftBackend) Text(_ rules.Desired, out []rules.OutFilter) []byte { return b.rulesText(out) }
+
+// Apply carries out one rule step.
+func (b *nftBackend) Apply(ctx context.Context, d rules.Desired, s rules.Step, c rules.Counter, out *rules.Outcome) error {
+	switch s := s.(type) {
+	case rules.KeepAlive:
+		b.keepAlive(ctx, c, out)
+		return nil
+	case rules.Prepare:
+		return b.prepare(ctx, c, out)
+	case rules.Grow:
+		// nftables sets have no size limit.
+		return nil
+	case rules.Members:
+		return b.applySets(ctx, d, s, c, out)
+	case rules.Rules:
+		return b.writeRules(ctx, s.Out, c, out)
+	case rules.Jumps:
+		return b.reviveAfterFullSync(ctx, c)
+	case rules.Quiet:
+		b.loud = nil
+		if b.quiet(ctx, s.Addrs, c) {
+			b.loud = s.Addrs
+		}
+		return nil
+	case rules.Loud:
+		if addrs := b.loud; len(addrs) > 0 {
+			b.loud = nil
+			b.afterFunc(nftQuietLinger, func() { b.endQuiet(addrs) })
+		}
+		return nil
+	}
+	return fmt.Errorf("the %s rules backend cannot carry out %q", Name, s)
+}
+
+// Remove deletes this family's objects from the table, and the table once no
+// family has any left.
+func (b *nftBackend) Remove(ctx context.Context, c rules.Counter) (bool, error) {
+	removed, err := removeNFTFamily(ctx, b.rs, b.fam, c)
+	if err != nil {
+		return false, err
+	}
+	if removed > 0 {
+		b.log.Info("Removed the nftables rules backend's objects of this family", "table", nftTable.String(), "objects", removed)
+	}
+	return true, nil
+}
+
 // countedRuleset counts every transaction and listing in a sync's stats.
 type countedRuleset struct {
 	nft.Ruleset
-	stats *SyncStats
+	c rules.Counter
 }
 
 func (c countedRuleset) Run(ctx context.Context, tx *nft.Transaction) error {
-	c.stats.count(opNFTablesTransaction)
+	c.c.Request(metrics.SubsystemNFTables, "transaction")
 	return c.Ruleset.Run(ctx, tx)
 }
 
 func (c countedRuleset) ListElements(ctx context.Context, set string) ([][]string, error) {
-	c.stats.count(opNFTablesList)
+	c.c.Request(metrics.SubsystemNFTables, "list")
 	return c.Ruleset.ListElements(ctx, set)
 }
 
 func (c countedRuleset) List(ctx context.Context) ([]string, []string, error) {
-	c.stats.count(opNFTablesList)
+	c.c.Request(metrics.SubsystemNFTables, "list")
 	return c.Ruleset.List(ctx)
 }
 
@@ -121,7 +219,7 @@ func nftEntry(s nftSetInfo, fields []string) (rules.Member, bool) {
 		if err != nil {
 			return rules.Member{}, false
 		}
-		m = rules.AddrMember(setIPVSIPs, a)
+		m = rules.AddrMember(rules.IPVSIPs, a)
 	default:
 		sp, ok := parseServicePort(fields)
 		if !ok || len(fields) != len(s.key) {
@@ -165,10 +263,6 @@ func (e nftElements) remove(set string, fields []string) {
 	delete(e[set], strings.Join(fields, " . "))
 }
 
-func isSourceRangeSet(set rules.Set) bool {
-	return set == setLoadBalancerSourceIP || set == setLoadBalancerSourceCIDR
-}
-
 // srcPortOfElement is the LoadBalancer address, protocol and port of a
 // load-balancer-source element: the unit in which source ranges are written.
 func srcPortOfElement(fields []string) (rules.ServicePort, bool) {
@@ -178,9 +272,10 @@ func srcPortOfElement(fields []string) (rules.ServicePort, bool) {
 	return parseServicePort(fields)
 }
 
-func (b *nftBackend) observeSets(ctx context.Context, st *appliedState, stats *SyncStats) error {
-	rs := countedRuleset{b.read, stats}
-	st.nftOther = nftElements{}
+func (b *nftBackend) observeSets(ctx context.Context, c rules.Counter) (*rules.Observed, error) {
+	rs := countedRuleset{b.read, c}
+	r := &reading{other: nftElements{}}
+	o := &rules.Observed{Members: sets.New[rules.Member](), Private: r}
 	for _, s := range nftSetTable {
 		name := b.fam.name(s.name)
 		elems, err := rs.ListElements(ctx, name)
@@ -188,17 +283,17 @@ func (b *nftBackend) observeSets(ctx context.Context, st *appliedState, stats *S
 			continue // the table or the set is missing: prepare writes it
 		}
 		if err != nil {
-			return fmt.Errorf("listing nftables set %s: %w", name, err)
+			return nil, fmt.Errorf("listing nftables set %s: %w", name, err)
 		}
 		for _, fields := range elems {
 			if e, ok := nftEntry(s, fields); ok {
-				st.entries.Insert(e)
+				o.Members.Insert(e)
 			} else {
-				st.nftOther.add(name, fields)
+				r.other.add(name, fields)
 			}
 		}
 	}
-	return nil
+	return o, nil
 }
 
 // prepare writes the programme (full syncs). Objects of this family's prefix the
@@ -206,10 +301,9 @@ func (b *nftBackend) observeSets(ctx context.Context, st *appliedState, stats *S
 // refuses it (a set or base chain someone made again with another type, hook or
 // priority), every object of this family is deleted and written anew in one
 // transaction; the sets are then empty until the elements are written.
-func (b *nftBackend) prepare(ctx context.Context, stats *SyncStats) error {
-	p := b.p
-	rs := countedRuleset{b.rs, stats}
-	prog, err := buildNFTProgramme(p.rulesInput(nil))
+func (b *nftBackend) prepare(ctx context.Context, c rules.Counter, out *rules.Outcome) error {
+	rs := countedRuleset{b.rs, c}
+	prog, err := buildNFTProgramme(&programmeInput{cfg: b.cfg})
 	if err != nil {
 		return fmt.Errorf("building the nftables programme: %w", err)
 	}
@@ -232,7 +326,7 @@ func (b *nftBackend) prepare(ctx context.Context, stats *SyncStats) error {
 	b.writeProgramme(tx, prog)
 	// The liveness element lives on with the programme when it lives: no moment
 	// without rules on a restart (else it comes after the elements, ensureJumps).
-	began := p.clock.Now()
+	began := b.clock.Now()
 	renewed := b.aliveInProgramme(tx, chains, setNames)
 	// Addresses a scheduler change left behind (the process died in between, or
 	// someone added them) go; those whose quiet still lingers stay.
@@ -251,7 +345,7 @@ func (b *nftBackend) prepare(ctx context.Context, stats *SyncStats) error {
 	// Written anew, the sets are empty, the liveness element gone with its set: the
 	// rules come on only once the elements are there.
 	b.alive.state, b.alive.inProgramme = aliveLapsed, false
-	p.logger.Error(err, "The kernel refused this family's nftables programme; replacing every object of the family", "table", nftTable.String())
+	b.log.Error(err, "The kernel refused this family's nftables programme; replacing every object of the family", "table", nftTable.String())
 	tx = nft.NewTransaction()
 	tx.AddTable()
 	deleteObjects(tx, chains, setNames)
@@ -261,10 +355,8 @@ func (b *nftBackend) prepare(ctx context.Context, stats *SyncStats) error {
 		return fmt.Errorf("writing the nftables programme of table %s: %w", nftTable, err)
 	}
 	// Every set is new and empty, the out-filter chain too.
-	p.setsEmptied = true
-	p.applied.entries = sets.New[rules.Member]()
-	p.applied.nftOther = nftElements{}
-	p.applied.iptables = nil
+	out.Emptied = true
+	b.other = nftElements{}
 	return nil
 }
 
@@ -299,9 +391,6 @@ func (b *nftBackend) writeProgramme(tx *nft.Transaction, prog *nftProgramme) {
 	prog.writeAll(tx, b.fam.name(nftOutFilterChain))
 }
 
-// grow has nothing to do: nftables sets have no size limit.
-func (b *nftBackend) grow(context.Context, *SyncStats) error { return nil }
-
 // rulesText names the out-filter rules: the only rules that change with Services.
 func (b *nftBackend) rulesText(outRules []rules.OutFilter) []byte {
 	var t strings.Builder
@@ -315,42 +404,36 @@ func (b *nftBackend) rulesText(outRules []rules.OutFilter) []byte {
 	return []byte(t.String())
 }
 
-func (b *nftBackend) applySets(ctx context.Context, pl *syncPlan, stats *SyncStats, out *outcome) error {
-	p := b.p
-	a := p.applied
+func (b *nftBackend) applySets(ctx context.Context, d rules.Desired, step rules.Members, c rules.Counter, out *rules.Outcome) error {
 	srcSet := b.fam.name("load-balancer-source")
-	failed := func(e rules.Member, add bool, what string, err error) {
-		var owners []types.NamespacedName
-		if add {
-			owners = p.index.ownersOfEntry(e)
-		}
-		out.fail(failure{key: retryKey{kind: retryEntry, entry: e}, layer: heldBackNFTables,
-			what: "nftables element " + what, owners: owners, err: err})
+	failed := func(ch rules.Change, what string, err error) {
+		out.Refused = append(out.Refused, rules.Refusal{Change: &ch, Reason: rules.ReasonNFTables,
+			What: "nftables element " + what, Err: err})
 	}
 
-	// Elements that stand for one entry each.
+	// Elements that stand for one member each.
 	var changes []nftChange
-	entryOf := map[string]rules.Member{}  // change text -> its member
+	changeOf := map[string]rules.Change{} // element change text -> its member's change
 	ports := map[rules.ServicePort]bool{} // the source ranges to rewrite
-	var srcChanges []setChange
-	for _, c := range pl.sets {
-		if isSourceRangeSet(c.entry.Set) {
-			ports[c.entry.ServicePort()] = true
-			srcChanges = append(srcChanges, c)
+	var srcChanges []rules.Change
+	for _, ch := range step.Changes {
+		if ch.Member.Set.SourceRange() {
+			ports[ch.Member.ServicePort()] = true
+			srcChanges = append(srcChanges, ch)
 			continue
 		}
-		set, fields, err := nftElement(c.entry)
+		set, fields, err := nftElement(ch.Member)
 		if err != nil {
-			failed(c.entry, c.add, c.entry.Set.String()+" "+c.entry.String(), err)
+			failed(ch, ch.Member.Set.String()+" "+ch.Member.String(), err)
 			continue
 		}
-		ch := nftChange{add: c.add, set: b.fam.name(set), fields: fields}
-		changes = append(changes, ch)
-		entryOf[ch.String()] = c.entry
+		ec := nftChange{add: ch.Add, set: b.fam.name(set), fields: fields}
+		changes = append(changes, ec)
+		changeOf[ec.String()] = ch
 	}
 
 	// Source ranges, port by port.
-	rangeChanges, badPorts := b.sourceRangeChanges(pl.full, ports)
+	rangeChanges, badPorts := b.sourceRangeChanges(d, step.Full, ports)
 	changes = append(changes, rangeChanges...)
 	// Deletions first, so a range that is replaced never overlaps its successor.
 	slices.SortStableFunc(changes, func(x, y nftChange) int {
@@ -363,8 +446,8 @@ func (b *nftBackend) applySets(ctx context.Context, pl *syncPlan, stats *SyncSta
 		return 1
 	})
 	if len(changes) > 0 {
-		stats.NFTablesOps += len(changes)
-		refused, err := nftApplyChanges(ctx, countedRuleset{b.rs, stats}, changes, maxIsolatedSetFailures)
+		c.Wrote(metrics.SubsystemNFTables, len(changes))
+		refused, err := nftApplyChanges(ctx, countedRuleset{b.rs, c}, changes, rules.MaxIsolatedRefusals)
 		if err != nil {
 			return fmt.Errorf("writing %d nftables set elements: %w", len(changes), err)
 		}
@@ -376,48 +459,41 @@ func (b *nftBackend) applySets(ctx context.Context, pl *syncPlan, stats *SyncSta
 			}
 			bad[r.change.String()] = r.err
 		}
-		for _, c := range changes {
-			text := c.String()
+		for _, ec := range changes {
+			text := ec.String()
 			err, refused := bad[text]
-			if e, ok := entryOf[text]; ok {
-				switch {
-				case refused:
-					failed(e, c.add, text, err)
-				case c.add:
-					a.entries.Insert(e)
-				default:
-					a.entries.Delete(e)
+			if ch, ok := changeOf[text]; ok {
+				if refused {
+					failed(ch, text, err)
+				} else {
+					out.Landed = append(out.Landed, ch)
 				}
 				continue
 			}
 			if refused {
-				if k, ok := srcPortOfElement(c.fields); ok && c.set == srcSet {
+				if k, ok := srcPortOfElement(ec.fields); ok && ec.set == srcSet {
 					badPorts[k] = fmt.Errorf("%s: %w", text, err)
 				} else {
-					out.fail(failure{key: retryKey{kind: retryElement, text: text}, layer: heldBackNFTables,
-						what: "nftables element " + text, err: err})
+					out.Refused = append(out.Refused, rules.Refusal{Other: text, Reason: rules.ReasonNFTables,
+						What: "nftables element " + text, Err: err})
 				}
 				continue
 			}
-			if c.add {
-				a.nftOther.add(c.set, c.fields)
+			if ec.add {
+				b.other.add(ec.set, ec.fields)
 			} else {
-				a.nftOther.remove(c.set, c.fields)
+				b.other.remove(ec.set, ec.fields)
 			}
 		}
 	}
-	// A port whose elements all landed holds what its entries want; one with a
-	// refusal keeps its applied entries, so its changes are planned again.
-	for _, c := range srcChanges {
-		if err := badPorts[c.entry.ServicePort()]; err != nil {
-			failed(c.entry, c.add, "source range "+c.entry.String(), err)
+	// A port whose elements all landed holds what its members want; one with a
+	// refusal keeps its applied members, so its changes are planned again.
+	for _, ch := range srcChanges {
+		if err := badPorts[ch.Member.ServicePort()]; err != nil {
+			failed(ch, "source range "+ch.Member.String(), err)
 			continue
 		}
-		if c.add {
-			a.entries.Insert(c.entry)
-		} else {
-			a.entries.Delete(c.entry)
-		}
+		out.Landed = append(out.Landed, ch)
 	}
 	return nil
 }
@@ -427,22 +503,20 @@ func (b *nftBackend) applySets(ctx context.Context, pl *syncPlan, stats *SyncSta
 // index wants; a full sync also deletes every element no entry stands for.
 // badPorts are the ports with an entry that makes no element. On a full sync the
 // ports it rewrites are added to ports.
-func (b *nftBackend) sourceRangeChanges(full bool, ports map[rules.ServicePort]bool) ([]nftChange, map[rules.ServicePort]error) {
-	p := b.p
-	a := p.applied
+func (b *nftBackend) sourceRangeChanges(d rules.Desired, full bool, ports map[rules.ServicePort]bool) ([]nftChange, map[rules.ServicePort]error) {
 	srcSet := b.fam.name("load-balancer-source")
 	if full {
-		for k := range p.index.srcRanges {
+		for _, k := range d.SourceRangePorts() {
 			ports[k] = true
 		}
-		for _, fields := range a.nftOther[srcSet] {
+		for _, fields := range b.other[srcSet] {
 			if k, ok := srcPortOfElement(fields); ok {
 				ports[k] = true
 			}
 		}
 	}
 	have, want := nftElements{}, nftElements{}
-	for set, elems := range a.nftOther {
+	for set, elems := range b.other {
 		for _, fields := range elems {
 			k, ok := srcPortOfElement(fields)
 			if set == srcSet && ok && ports[k] || full {
@@ -452,7 +526,7 @@ func (b *nftBackend) sourceRangeChanges(full bool, ports map[rules.ServicePort]b
 	}
 	badPorts := map[rules.ServicePort]error{}
 	for k := range ports {
-		w, errs := nftDesiredElements(b.fam, p.index.sourceRanges(k))
+		w, errs := nftDesiredElements(b.fam, d.SourceRanges(k))
 		if len(errs) > 0 {
 			badPorts[k] = errs[0]
 		}
@@ -465,24 +539,17 @@ func (b *nftBackend) sourceRangeChanges(full bool, ports map[rules.ServicePort]b
 	return nftElementChanges(have, want), badPorts
 }
 
-// sourceRanges returns the source range entries the index wants on port k, sorted.
-func (ix *desiredIndex) sourceRanges(k rules.ServicePort) []rules.Member {
-	es := ix.srcRanges[k].UnsortedList()
-	slices.SortFunc(es, rules.Compare)
-	return es
-}
 
 // writeRules writes the out-filter chain: flushed and refilled in one
 // transaction. A rule the kernel refuses is found by bisection and held back
 // alone, as executeIPTables does; when even the empty chain cannot be written the
 // failure is global.
-func (b *nftBackend) writeRules(ctx context.Context, _ []byte, outRules []rules.OutFilter, stats *SyncStats, out *outcome) error {
-	p := b.p
-	rs := countedRuleset{b.rs, stats}
+func (b *nftBackend) writeRules(ctx context.Context, outRules []rules.OutFilter, c rules.Counter, out *rules.Outcome) error {
+	rs := countedRuleset{b.rs, c}
 	chain := b.fam.name(nftOutFilterChain)
 	refuse := func(r rules.OutFilter, err error) {
-		out.fail(failure{key: retryKey{kind: retryOutRule, out: r}, layer: heldBackNFTables,
-			what: "nftables rule " + chain + " for " + r.String(), owners: p.index.ownersOfOutRule(r), err: err})
+		out.Refused = append(out.Refused, rules.Refusal{Out: &r, Reason: rules.ReasonNFTables,
+			What: "nftables rule " + chain + " for " + r.String(), Err: err})
 	}
 	nftRules := map[rules.OutFilter]nft.Rule{}
 	var cands []rules.OutFilter
@@ -530,17 +597,8 @@ func (b *nftBackend) writeRules(ctx context.Context, _ []byte, outRules []rules.
 		// A refused write leaves the chain as the last accepted one did: good.
 		bisect(cands)
 	}
-	p.applied.iptables = b.rulesText(good)
-	out.writtenRules = good
+	out.Text, out.WrittenOut = b.rulesText(good), good
 	return nil
-}
-
-// ensureJumps turns the rules on, now that the full sync has written the
-// elements and rules, unless the programme's transaction kept them on: the base
-// chains and their jumps are part of the programme, the liveness element decides
-// whether packets go past their gates (nftalive.go).
-func (b *nftBackend) ensureJumps(ctx context.Context, stats *SyncStats) error {
-	return b.reviveAfterFullSync(ctx, stats)
 }
 
 // nftQuietSet holds the addresses whose port unreachables are dropped while their
@@ -558,27 +616,27 @@ const nftQuietSet = "quiet"
 // client's SYN, sent again after its 1 s timeout, gets it then.
 const nftQuietLinger = time.Second
 
-// quiet adds addrs to the quiet set and returns the function that ends the quiet:
-// the addresses leave the set nftQuietLinger later (beside the sync loop), unless
-// a later change quieted them again. As with the iptables form, neither is worth
+// quiet adds addrs to the quiet set and reports whether it did; Loud ends the
+// quiet: the addresses leave the set nftQuietLinger later (beside the sync loop),
+// unless a later change quieted them again. As with the iptables form, neither is worth
 // failing the sync for.
-func (b *nftBackend) quiet(ctx context.Context, addrs []string, stats *SyncStats) func() {
+func (b *nftBackend) quiet(ctx context.Context, addrs []string, c rules.Counter) bool {
 	if len(addrs) == 0 {
-		return func() {}
+		return false
 	}
 	set := b.fam.name(nftQuietSet)
 	b.quietMu.Lock()
 	defer b.quietMu.Unlock()
 	tx := nft.NewTransaction()
 	tx.AddElements(set, b.quietElements(addrs)...)
-	if err := (countedRuleset{b.rs, stats}).Run(ctx, tx); err != nil {
-		b.p.logger.Error(err, "Could not hold back the kernel's refusals while schedulers change; connections arriving during the change may be refused", "addresses", addrs)
-		return func() {}
+	if err := (countedRuleset{b.rs, c}).Run(ctx, tx); err != nil {
+		b.log.Error(err, "Could not hold back the kernel's refusals while schedulers change; connections arriving during the change may be refused", "addresses", addrs)
+		return false
 	}
 	for _, a := range addrs {
 		b.quieted[a]++
 	}
-	return func() { b.afterFunc(nftQuietLinger, func() { b.endQuiet(addrs) }) }
+	return true
 }
 
 // endQuiet takes the addresses no scheduler change quiets any more out of the set.
@@ -599,7 +657,7 @@ func (b *nftBackend) endQuiet(addrs []string) {
 	tx := nft.NewTransaction()
 	tx.DeleteElements(set, b.quietElements(done)...)
 	if err := b.rs.Run(context.Background(), tx); err != nil {
-		b.p.logger.Error(err, "Could not remove the addresses that held back refusals during a scheduler change; the next full sync empties the set", "addresses", done, "set", set)
+		b.log.Error(err, "Could not remove the addresses that held back refusals during a scheduler change; the next full sync empties the set", "addresses", done, "set", set)
 	}
 }
 
@@ -621,26 +679,18 @@ func (b *nftBackend) quietElements(addrs []string) [][]string {
 
 // afterFunc runs f after d by the proxier's clock (tests step a fake one).
 func (b *nftBackend) afterFunc(d time.Duration, f func()) {
-	if c, ok := b.p.clock.(clock.WithDelayedExecution); ok {
-		c.AfterFunc(d, f)
+	if dc, ok := b.clock.(clock.WithDelayedExecution); ok {
+		dc.AfterFunc(d, f)
 		return
 	}
 	time.AfterFunc(d, f)
 }
 
-func (b *nftBackend) removeOther(ctx context.Context, stats *SyncStats) bool {
-	if err := b.p.removeIPTablesBackend(ctx, stats); err != nil {
-		b.p.logger.Error(err, "Failed to remove the iptables rules backend's chains and ipsets; trying again on the next full sync")
-		return false
-	}
-	return true
-}
-
 // removeNFTFamily deletes the objects of family f from the nftables backend's
 // table, and the table when nothing else is left in it. It returns how many
 // objects it deleted.
-func removeNFTFamily(ctx context.Context, r nft.Ruleset, f nftFamily, stats *SyncStats) (int, error) {
-	rs := countedRuleset{r, stats}
+func removeNFTFamily(ctx context.Context, r nft.Ruleset, f nftFamily, c rules.Counter) (int, error) {
+	rs := countedRuleset{r, c}
 	chains, setNames, err := rs.List(ctx)
 	if err != nil {
 		return 0, fmt.Errorf("listing table %s: %w", nftTable, err)
@@ -671,3 +721,32 @@ func removeNFTFamily(ctx context.Context, r nft.Ruleset, f nftFamily, stats *Syn
 	}
 	return n, nil
 }
+
+// Members reads the members family's sets hold in r (for --cleanup); the source
+// ranges are left out.
+func Members(ctx context.Context, r nft.Ruleset, family v1.IPFamily) ([]rules.Member, error) {
+	f := newNFTFamily(family)
+	var out []rules.Member
+	for _, s := range nftSetTable {
+		elems, err := r.ListElements(ctx, f.name(s.name))
+		if nft.IsNotFound(err) {
+			continue
+		}
+		if err != nil {
+			return out, fmt.Errorf("listing nftables set %s: %w", f.name(s.name), err)
+		}
+		for _, fields := range elems {
+			if m, ok := nftEntry(s, fields); ok {
+				out = append(out, m)
+			}
+		}
+	}
+	return out, nil
+}
+
+// QuietLinger is how long an address stays quiet after its scheduler changed.
+const QuietLinger = nftQuietLinger
+
+// EnvLivenessTimeout names the environment variable that sets the rules'
+// liveness (alive.go).
+const EnvLivenessTimeout = EnvNFTLivenessTimeout

@@ -1,4 +1,4 @@
-package ipvs
+package iptables
 
 import (
 	"bytes"
@@ -9,7 +9,9 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/iptables"
+	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/proxy/ipvs/rules"
+	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/proxy/metrics"
+	utiliptables "github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/iptables"
 )
 
 // With the iptables backend a full sync rewrites our chains (one iptables-restore)
@@ -75,13 +77,13 @@ func ourChainLines(rules []byte, saved string) string {
 
 // saveTables reads the nat and filter tables (iptables-save) as one text. A table
 // that cannot be read is left out and its error returned with what was read.
-func (p *Proxier) saveTables(ctx context.Context, stats *SyncStats) (string, error) {
+func (b *Backend) saveTables(ctx context.Context, c rules.Counter) (string, error) {
 	var all strings.Builder
 	var errs []error
-	for _, t := range []iptables.Table{iptables.TableNAT, iptables.TableFilter} {
+	for _, t := range []utiliptables.Table{utiliptables.TableNAT, utiliptables.TableFilter} {
 		var buf bytes.Buffer
-		stats.count(opIPTablesSave)
-		if err := p.kernel.IPTables.SaveInto(ctx, t, &buf); err != nil {
+		c.Request(metrics.SubsystemIPTables, "save")
+		if err := b.ipt.SaveInto(ctx, t, &buf); err != nil {
 			errs = append(errs, fmt.Errorf("reading table %s: %w", t, err))
 			continue
 		}
@@ -94,8 +96,8 @@ func (p *Proxier) saveTables(ctx context.Context, stats *SyncStats) (string, err
 // output) lacks, "" when none is missing. Each goes in with -I, so the jumps end in
 // the order upstream's one `iptables -I` per jump leaves them.
 func missingJumps(saved string) string {
-	missing := map[iptables.Table][]string{}
-	var tables []iptables.Table
+	missing := map[utiliptables.Table][]string{}
+	var tables []utiliptables.Table
 	for _, j := range jumpRules {
 		line := jumpRuleLine(j.from, j.comment, j.to)
 		if strings.Contains(saved, "\n"+line+"\n") {
@@ -121,14 +123,14 @@ func missingJumps(saved string) string {
 // them (see above). want is the text the loop last wrote, gen the loop's write count
 // when the resync began. It reports whether the rules are as they should be; false
 // leaves them to the next full sync in the loop.
-func (p *Proxier) checkRulesBeside(ctx context.Context, want []byte, gen uint64, stats *SyncStats) bool {
-	g := &p.rulesGuard
+func (b *Backend) checkRulesBeside(ctx context.Context, want []byte, gen uint64, c rules.Counter) bool {
+	g := &b.guard
 	if want == nil {
 		return false
 	}
-	saved, err := p.saveTables(ctx, stats)
+	saved, err := b.saveTables(ctx, c)
 	if err != nil {
-		p.logger.Error(err, "Failed to read the iptables tables beside the sync loop; the full sync writes our chains")
+		b.log.Error(err, "Failed to read the iptables tables beside the sync loop; the full sync writes our chains")
 		return false
 	}
 	g.mu.Lock()
@@ -142,21 +144,21 @@ func (p *Proxier) checkRulesBeside(ctx context.Context, want []byte, gen uint64,
 		return true
 	}
 	known := g.text != nil && bytes.Equal(g.text, want)
-	stats.count(opIPTablesRestore)
-	if err := p.kernel.IPTables.RestoreAll(ctx, slices.Concat(want, []byte(jumps)), iptables.NoFlushTables, iptables.RestoreCount); err != nil {
+	c.Request(metrics.SubsystemIPTables, "restore")
+	if err := b.ipt.RestoreAll(ctx, slices.Concat(want, []byte(jumps)), utiliptables.NoFlushTables, utiliptables.RestoreCount); err != nil {
 		g.mu.Unlock()
-		p.logger.Error(err, "The kernel refused our chains beside the sync loop; the full sync writes them")
+		b.log.Error(err, "The kernel refused our chains beside the sync loop; the full sync writes them")
 		return false
 	}
-	stats.IPTablesWrite = true
+	c.RulesWritten()
 	g.text, g.printed = nil, ""
 	g.mu.Unlock()
 	if known || jumps != "" {
-		p.logger.Info("Repaired our iptables chains beside the sync loop", "jumpsMissing", jumps != "")
+		b.log.Info("Repaired our iptables chains beside the sync loop", "jumpsMissing", jumps != "")
 	}
 	// The printed form is read without the lock, so a loop write never waits for
 	// it; it is kept only if no loop write came in between.
-	back, err := p.saveTables(ctx, stats)
+	back, err := b.saveTables(ctx, c)
 	if err != nil {
 		return true // written; the next check reads the printed form
 	}

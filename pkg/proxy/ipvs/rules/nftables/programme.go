@@ -1,4 +1,4 @@
-package ipvs
+package nftables
 
 // The nftables rules backend's programme (issue 16): the same decisions as the
 // iptables + ipset programme of iptables.go and sets.go, as native nftables in one
@@ -39,20 +39,20 @@ type nftSetInfo struct {
 // ports keep the node address in the key, as upstream's SCTP ipsets do; the source
 // IPs and CIDRs of LoadBalancer source ranges share one interval set.
 var nftSetTable = []nftSetInfo{
-	{"loop-back", []string{"addr", "proto", "port", "addr"}, false, []rules.Set{setLoopBack}, "endpoint, protocol, port and the endpoint as source: hairpin traffic"},
-	{"cluster-ip", []string{"addr", "proto", "port"}, false, []rules.Set{setClusterIP}, "cluster IP, protocol and port"},
-	{"external-ip", []string{"addr", "proto", "port"}, false, []rules.Set{setExternalIP}, "external IP, protocol and port"},
-	{"external-ip-local", []string{"addr", "proto", "port"}, false, []rules.Set{setExternalIPLocal}, "external IP, protocol and port with externalTrafficPolicy=Local"},
-	{"load-balancer", []string{"addr", "proto", "port"}, false, []rules.Set{setLoadBalancer}, "load-balancer IP, protocol and port"},
-	{"load-balancer-fw", []string{"addr", "proto", "port"}, false, []rules.Set{setLoadBalancerFW}, "load-balancer IP, protocol and port with source ranges"},
-	{"load-balancer-local", []string{"addr", "proto", "port"}, false, []rules.Set{setLoadBalancerLocal}, "load-balancer IP, protocol and port with externalTrafficPolicy=Local"},
-	{"load-balancer-source", []string{"addr", "proto", "port", "addr"}, true, []rules.Set{setLoadBalancerSourceIP, setLoadBalancerSourceCIDR}, "load-balancer IP, protocol, port and an allowed source range"},
-	{"node-port", []string{"proto", "port"}, false, []rules.Set{setNodePortTCP, setNodePortUDP}, "TCP and UDP node ports"},
-	{"node-port-local", []string{"proto", "port"}, false, []rules.Set{setNodePortLocalTCP, setNodePortLocalUDP}, "TCP and UDP node ports with externalTrafficPolicy=Local"},
-	{"node-port-sctp", []string{"addr", "proto", "port"}, false, []rules.Set{setNodePortSCTP}, "node address, protocol and SCTP node port"},
-	{"node-port-local-sctp", []string{"addr", "proto", "port"}, false, []rules.Set{setNodePortLocalSCTP}, "node address, protocol and SCTP node port with externalTrafficPolicy=Local"},
-	{"health-check-node-port", []string{"proto", "port"}, false, []rules.Set{setHealthCheckNodePort}, "health check node ports"},
-	{"ipvs-ips", []string{"addr"}, false, []rules.Set{setIPVSIPs}, "addresses on the IPVS interface"},
+	{"loop-back", []string{"addr", "proto", "port", "addr"}, false, []rules.Set{rules.LoopBack}, "endpoint, protocol, port and the endpoint as source: hairpin traffic"},
+	{"cluster-ip", []string{"addr", "proto", "port"}, false, []rules.Set{rules.ClusterIP}, "cluster IP, protocol and port"},
+	{"external-ip", []string{"addr", "proto", "port"}, false, []rules.Set{rules.ExternalIP}, "external IP, protocol and port"},
+	{"external-ip-local", []string{"addr", "proto", "port"}, false, []rules.Set{rules.ExternalIPLocal}, "external IP, protocol and port with externalTrafficPolicy=Local"},
+	{"load-balancer", []string{"addr", "proto", "port"}, false, []rules.Set{rules.LoadBalancer}, "load-balancer IP, protocol and port"},
+	{"load-balancer-fw", []string{"addr", "proto", "port"}, false, []rules.Set{rules.LoadBalancerFW}, "load-balancer IP, protocol and port with source ranges"},
+	{"load-balancer-local", []string{"addr", "proto", "port"}, false, []rules.Set{rules.LoadBalancerLocal}, "load-balancer IP, protocol and port with externalTrafficPolicy=Local"},
+	{"load-balancer-source", []string{"addr", "proto", "port", "addr"}, true, []rules.Set{rules.LoadBalancerSourceIP, rules.LoadBalancerSourceCIDR}, "load-balancer IP, protocol, port and an allowed source range"},
+	{"node-port", []string{"proto", "port"}, false, []rules.Set{rules.NodePortTCP, rules.NodePortUDP}, "TCP and UDP node ports"},
+	{"node-port-local", []string{"proto", "port"}, false, []rules.Set{rules.NodePortLocalTCP, rules.NodePortLocalUDP}, "TCP and UDP node ports with externalTrafficPolicy=Local"},
+	{"node-port-sctp", []string{"addr", "proto", "port"}, false, []rules.Set{rules.NodePortSCTP}, "node address, protocol and SCTP node port"},
+	{"node-port-local-sctp", []string{"addr", "proto", "port"}, false, []rules.Set{rules.NodePortLocalSCTP}, "node address, protocol and SCTP node port with externalTrafficPolicy=Local"},
+	{"health-check-node-port", []string{"proto", "port"}, false, []rules.Set{rules.HealthCheckNodePort}, "health check node ports"},
+	{"ipvs-ips", []string{"addr"}, false, []rules.Set{rules.IPVSIPs}, "addresses on the IPVS interface"},
 }
 
 // nftSetFor returns the nftables set holding a set's members.
@@ -106,14 +106,14 @@ func nftElement(m rules.Member) (string, []string, error) {
 	}
 	port := strconv.Itoa(int(m.Port))
 	switch m.Set {
-	case setNodePortTCP, setNodePortLocalTCP:
+	case rules.NodePortTCP, rules.NodePortLocalTCP:
 		return s.name, []string{"tcp", port}, nil
-	case setNodePortUDP, setNodePortLocalUDP:
+	case rules.NodePortUDP, rules.NodePortLocalUDP:
 		return s.name, []string{"udp", port}, nil
-	case setHealthCheckNodePort:
+	case rules.HealthCheckNodePort:
 		// Health checks are served over TCP only.
 		return s.name, []string{"tcp", port}, nil
-	case setIPVSIPs:
+	case rules.IPVSIPs:
 		return s.name, []string{m.IP().String()}, nil
 	}
 	fields := []string{m.IP().String(), rules.ProtocolName(m.Proto), port}
@@ -190,18 +190,24 @@ type nftProgramme struct {
 
 // buildNFTProgramme writes the decisions of buildIPTablesRules as nftables. It
 // does no I/O.
-func buildNFTProgramme(in *rulesInput) (*nftProgramme, error) {
-	f := newNFTFamily(in.family)
+// programmeInput is what the programme depends on.
+type programmeInput struct {
+	cfg rules.Config
+	out []rules.OutFilter
+}
+
+func buildNFTProgramme(in *programmeInput) (*nftProgramme, error) {
+	f := newNFTFamily(in.cfg.Family)
 	p := &nftProgramme{rules: map[string][]nft.Rule{}}
 	for _, s := range nftSetTable {
 		p.sets = append(p.sets, f.set(s))
 	}
-	mark64, err := strconv.ParseUint(in.masqueradeMark, 0, 32)
+	mark64, err := strconv.ParseUint(in.cfg.MasqueradeMark, 0, 32)
 	if err != nil {
-		return nil, fmt.Errorf("masquerade mark %q: %w", in.masqueradeMark, err)
+		return nil, fmt.Errorf("masquerade mark %q: %w", in.cfg.MasqueradeMark, err)
 	}
 	mark := uint32(mark64)
-	detector, err := nftLocalDetector(f, in.localDetectorArgs)
+	detector, err := nftLocalDetector(f, in.cfg.LocalDetectorArgs)
 	if err != nil {
 		return nil, err
 	}
@@ -228,7 +234,7 @@ func buildNFTProgramme(in *rulesInput) (*nftProgramme, error) {
 	// addresses are dropped (quiet.go): first on output, after the gate.
 	p.sets = append(p.sets, nft.Set{Name: n(nftQuietSet), Key: []nft.KeyType{f.addr}, Comment: "service addresses whose scheduler changes"})
 	quiet := nft.Rule{Stmts: []nft.Stmt{nft.InSet{Fields: []nft.Field{f.saddr}, Set: n(nftQuietSet)},
-		nft.PortUnreachable{IPv6: f.ipv6}, nft.DropVerdict}, Comment: quietComment}
+		nft.PortUnreachable{IPv6: f.ipv6}, nft.DropVerdict}, Comment: rules.QuietComment}
 	base("filter-output", nft.ChainTypeFilter, nft.HookOutput, 0, []nft.Rule{quiet}, "ipvs-out-filter")
 	for _, c := range []string{"services", "postrouting", "node-port", "load-balancer", "mark-masq",
 		"forward", "node-port-filter", "proxy-firewall", "source-ranges-firewall", "ipvs-filter", "ipvs-out-filter"} {
@@ -256,7 +262,7 @@ func buildNFTProgramme(in *rulesInput) (*nftProgramme, error) {
 	add("services", "", nft.AddrIn{Field: f.saddr, Prefix: loopback}, nft.ReturnVerdict)
 	add("services", "", dst("load-balancer"), jump("load-balancer"))
 	switch {
-	case in.masqueradeAll:
+	case in.cfg.MasqueradeAll:
 		add("services", "", dst("cluster-ip"), jump("mark-masq"))
 	case len(detector) > 0:
 		// Off-cluster traffic to a service VIP is masqueraded: it may leave the node.
@@ -290,11 +296,11 @@ func buildNFTProgramme(in *rulesInput) (*nftProgramme, error) {
 	add("postrouting", "", nft.MarkHas{Mask: mark, Negate: true}, nft.ReturnVerdict)
 	// Clear the mark so a packet that traverses the stack again is not masqueraded twice.
 	add("postrouting", "", nft.MarkSet{Bits: mark, Xor: true})
-	add("postrouting", masqueradeComment, nft.Masquerade{FullyRandom: true})
+	add("postrouting", rules.MasqueradeComment, nft.Masquerade{FullyRandom: true})
 
 	// filter
-	add("forward", forwardRulesComment, nft.MarkHas{Mask: mark}, nft.AcceptVerdict)
-	add("forward", forwardConntrackComment, nft.CTState{States: []string{"related", "established"}}, nft.AcceptVerdict)
+	add("forward", rules.ForwardRulesComment, nft.MarkHas{Mask: mark}, nft.AcceptVerdict)
+	add("forward", rules.ForwardConntrackComment, nft.CTState{States: []string{"related", "established"}}, nft.AcceptVerdict)
 	add("node-port-filter", "", port("health-check-node-port"), nft.AcceptVerdict)
 	add("proxy-firewall", "", dst("load-balancer-fw"), jump("source-ranges-firewall"))
 	add("source-ranges-firewall", "", dstSrc("load-balancer-source"), nft.ReturnVerdict)
@@ -307,7 +313,7 @@ func buildNFTProgramme(in *rulesInput) (*nftProgramme, error) {
 	add("ipvs-filter", "", port("health-check-node-port"), nft.ReturnVerdict)
 	add("ipvs-filter", "", nft.CTState{States: []string{"new"}}, nft.InSet{Fields: []nft.Field{f.daddr}, Set: n("ipvs-ips")}, nft.Reject{})
 
-	for _, r := range in.outFilterRules {
+	for _, r := range in.out {
 		rule, err := nftOutFilterRule(f, r)
 		if err != nil {
 			return nil, err

@@ -1,4 +1,4 @@
-package ipvs
+package nftables
 
 import (
 	"context"
@@ -17,40 +17,40 @@ import (
 // `ipset save` prints (what the proxier's desired state holds).
 var nftSampleEntries = map[v1.IPFamily]map[rules.Set][]string{
 	v1.IPv4Protocol: {
-		setLoopBack:               {"10.244.0.5,tcp:8080,10.244.0.5"},
-		setClusterIP:              {"10.96.0.1,tcp:443", "10.96.0.10,udp:53"},
-		setExternalIP:             {"192.0.2.20,tcp:80"},
-		setExternalIPLocal:        {"192.0.2.21,tcp:80"},
-		setLoadBalancer:           {"192.0.2.10,tcp:80"},
-		setLoadBalancerFW:         {"192.0.2.10,tcp:80"},
-		setLoadBalancerLocal:      {"192.0.2.11,sctp:80"},
-		setLoadBalancerSourceIP:   {"192.0.2.10,tcp:80,192.0.2.10"},
-		setLoadBalancerSourceCIDR: {"192.0.2.10,tcp:80,10.0.0.0/8"},
-		setNodePortTCP:            {"30080"},
-		setNodePortLocalTCP:       {"30081"},
-		setNodePortUDP:            {"30053"},
-		setNodePortLocalUDP:       {"30054"},
-		setNodePortSCTP:           {"192.168.1.2,sctp:30132"},
-		setNodePortLocalSCTP:      {"192.168.1.2,sctp:30133"},
-		setHealthCheckNodePort:    {"31000"},
-		setIPVSIPs:                {"10.96.0.1", "10.96.0.10"},
+		rules.LoopBack:               {"10.244.0.5,tcp:8080,10.244.0.5"},
+		rules.ClusterIP:              {"10.96.0.1,tcp:443", "10.96.0.10,udp:53"},
+		rules.ExternalIP:             {"192.0.2.20,tcp:80"},
+		rules.ExternalIPLocal:        {"192.0.2.21,tcp:80"},
+		rules.LoadBalancer:           {"192.0.2.10,tcp:80"},
+		rules.LoadBalancerFW:         {"192.0.2.10,tcp:80"},
+		rules.LoadBalancerLocal:      {"192.0.2.11,sctp:80"},
+		rules.LoadBalancerSourceIP:   {"192.0.2.10,tcp:80,192.0.2.10"},
+		rules.LoadBalancerSourceCIDR: {"192.0.2.10,tcp:80,10.0.0.0/8"},
+		rules.NodePortTCP:            {"30080"},
+		rules.NodePortLocalTCP:       {"30081"},
+		rules.NodePortUDP:            {"30053"},
+		rules.NodePortLocalUDP:       {"30054"},
+		rules.NodePortSCTP:           {"192.168.1.2,sctp:30132"},
+		rules.NodePortLocalSCTP:      {"192.168.1.2,sctp:30133"},
+		rules.HealthCheckNodePort:    {"31000"},
+		rules.IPVSIPs:                {"10.96.0.1", "10.96.0.10"},
 	},
 	v1.IPv6Protocol: {
-		setLoopBack:               {"fd00:10:244::5,tcp:8080,fd00:10:244::5"},
-		setClusterIP:              {"fd00:10:96::1,tcp:443"},
-		setLoadBalancerSourceCIDR: {"fd00:192::10,tcp:80,fd00::/8"},
-		setNodePortSCTP:           {"fd00:168::2,sctp:30132"},
-		setIPVSIPs:                {"fd00:10:96::1"},
+		rules.LoopBack:               {"fd00:10:244::5,tcp:8080,fd00:10:244::5"},
+		rules.ClusterIP:              {"fd00:10:96::1,tcp:443"},
+		rules.LoadBalancerSourceCIDR: {"fd00:192::10,tcp:80,fd00::/8"},
+		rules.NodePortSCTP:           {"fd00:168::2,sctp:30132"},
+		rules.IPVSIPs:                {"fd00:10:96::1"},
 	},
 }
 
 // nftProgrammeInputs are the rule inputs a test loads: both families, and each way
 // the cluster-IP masquerade is decided.
-func nftProgrammeInputs() []*rulesInput {
-	return []*rulesInput{
-		{family: v1.IPv4Protocol, masqueradeMark: "0x004000", localDetectorArgs: []string{"!", "-s", "10.244.0.0/16"},
-			outFilterRules: []rules.OutFilter{outFilter("192.0.2.10", rules.TCP, 80)}},
-		{family: v1.IPv6Protocol, masqueradeMark: "0x004000", localDetectorArgs: []string{"!", "-i", "cni+"}},
+func nftProgrammeInputs() []*programmeInput {
+	return []*programmeInput{
+		{cfg: rules.Config{Family: v1.IPv4Protocol, MasqueradeMark: "0x004000", LocalDetectorArgs: []string{"!", "-s", "10.244.0.0/16"}},
+			out: []rules.OutFilter{outFilter("192.0.2.10", rules.TCP, 80)}},
+		{cfg: rules.Config{Family: v1.IPv6Protocol, MasqueradeMark: "0x004000", LocalDetectorArgs: []string{"!", "-i", "cni+"}}},
 	}
 }
 
@@ -65,9 +65,9 @@ func loadNFTProgramme(t *testing.T, r nft.Ruleset) {
 		}
 		tx := nft.NewTransaction()
 		p.writeAll(tx)
-		f := newNFTFamily(in.family)
+		f := newNFTFamily(in.cfg.Family)
 		f.writeAlive(tx, minNFTLiveness)
-		for base, entries := range nftSampleEntries[in.family] {
+		for base, entries := range nftSampleEntries[in.cfg.Family] {
 			for _, e := range entries {
 				set, fields, err := nftElement(member(base, e))
 				if err != nil {
@@ -77,7 +77,7 @@ func loadNFTProgramme(t *testing.T, r nft.Ruleset) {
 			}
 		}
 		if err := r.Run(context.Background(), tx); err != nil {
-			t.Fatalf("%s programme: %v", in.family, err)
+			t.Fatalf("%s programme: %v", in.cfg.Family, err)
 		}
 	}
 }

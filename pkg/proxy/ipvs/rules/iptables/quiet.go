@@ -1,4 +1,4 @@
-package ipvs
+package iptables
 
 import (
 	"context"
@@ -7,7 +7,9 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 
-	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/iptables"
+	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/proxy/ipvs/rules"
+	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/proxy/metrics"
+	utiliptables "github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/iptables"
 )
 
 // Changing a virtual server's scheduler in place is not atomic in the kernel:
@@ -33,9 +35,6 @@ import (
 // returns, and an element is removed in a millisecond (an iptables-restore takes
 // tens). Every full sync empties the set of all but those still lingering.
 
-// quietComment marks the rules, so that they are never mistaken for anything else.
-const quietComment = "kube-proxy-ipvs: scheduler change in progress"
-
 // quietRules is the iptables-restore text that inserts (op "-I") or deletes ("-D") the
 // rules for addrs.
 func quietRules(family v1.IPFamily, op string, addrs []string) []byte {
@@ -46,36 +45,36 @@ func quietRules(family v1.IPFamily, op string, addrs []string) []byte {
 	var b strings.Builder
 	b.WriteString("*filter\n")
 	for _, a := range addrs {
-		fmt.Fprintf(&b, "%s %s -s %s%s %s -m comment --comment %q -j DROP\n", op, chainIPVSOutFilter, a, suffix, match, quietComment)
+		fmt.Fprintf(&b, "%s %s -s %s%s %s -m comment --comment %q -j DROP\n", op, chainIPVSOutFilter, a, suffix, match, rules.QuietComment)
 	}
 	b.WriteString("COMMIT\n")
 	return []byte(b.String())
 }
 
-// quietRefusals installs the rules for addrs and returns the function that removes
-// them. Neither is worth failing the sync for: without the rules a scheduler change
-// still lands, at the price of the refusals above.
-func (p *Proxier) quietRefusals(ctx context.Context, addrs []string, stats *SyncStats) func() {
+// quietRefusals inserts (op "-I") the rules for addrs, or deletes ("-D") those it
+// inserted. Neither is worth failing the sync for: without the rules a scheduler
+// change still lands, at the price of the refusals above.
+func (b *Backend) quietRefusals(ctx context.Context, addrs []string, op string, c rules.Counter, out *rules.Outcome) {
+	if op == "-D" {
+		addrs, b.quieted = b.quieted, nil
+	}
 	if len(addrs) == 0 {
-		return func() {}
+		return
 	}
-	restore := func(op string) error {
-		stats.IPTablesWrite = true
-		stats.count(opIPTablesRestore)
-		p.rulesGuard.mu.Lock()
-		defer p.rulesGuard.mu.Unlock()
-		p.rulesGuard.wrote()
-		return p.kernel.IPTables.RestoreAll(ctx, quietRules(p.opts.IPFamily, op, addrs), iptables.NoFlushTables, iptables.NoRestoreCount)
-	}
-	if err := restore("-I"); err != nil {
-		p.logger.Error(err, "Could not hold back the kernel's refusals while schedulers change; connections arriving during the change may be refused", "addresses", addrs)
-		return func() {}
-	}
-	return func() {
-		if err := restore("-D"); err != nil {
-			// The next write of our chains removes them; make sure there is one.
-			p.applied.iptables = nil
-			p.logger.Error(err, "Could not remove the rules that held back refusals during a scheduler change; the next sync rewrites the chain", "addresses", addrs)
-		}
+	c.RulesWritten()
+	c.Request(metrics.SubsystemIPTables, "restore")
+	b.guard.mu.Lock()
+	b.guard.wrote()
+	err := b.ipt.RestoreAll(ctx, quietRules(b.cfg.Family, op, addrs), utiliptables.NoFlushTables, utiliptables.NoRestoreCount)
+	b.guard.mu.Unlock()
+	switch {
+	case err != nil && op == "-I":
+		b.log.Error(err, "Could not hold back the kernel's refusals while schedulers change; connections arriving during the change may be refused", "addresses", addrs)
+	case err != nil:
+		// The next write of our chains removes them; make sure there is one.
+		out.RulesUnknown = true
+		b.log.Error(err, "Could not remove the rules that held back refusals during a scheduler change; the next sync rewrites the chain", "addresses", addrs)
+	case op == "-I":
+		b.quieted = addrs
 	}
 }

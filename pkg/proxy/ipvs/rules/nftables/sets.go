@@ -1,4 +1,4 @@
-package ipvs
+package nftables
 
 // Set elements of the nftables backend: what the index's ipset entries become, the
 // changes between two such states, and a writer that keeps one refused element

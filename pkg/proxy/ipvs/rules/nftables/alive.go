@@ -1,4 +1,4 @@
-package ipvs
+package nftables
 
 // The nftables backend's rules apply only while this daemon runs (issue 29, item 7:
 // a rollback is always safe). Upstream kube-proxy, in any mode, removes only its own
@@ -31,6 +31,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/proxy/ipvs/rules"
 	nft "github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/nftables"
 )
 
@@ -125,9 +126,9 @@ func (l *liveness) written(began time.Time) {
 // left, and only if it still lives. It runs first in every run of the sync loop,
 // before the proxier is initialized too: a restarted daemon renews what its
 // predecessor left before anything else. Nothing is written otherwise.
-func (b *nftBackend) keepAlive(ctx context.Context, stats *SyncStats) {
+func (b *nftBackend) keepAlive(ctx context.Context, c rules.Counter, out *rules.Outcome) {
 	l := &b.alive
-	began := b.p.clock.Now()
+	began := b.clock.Now()
 	switch l.state {
 	case aliveLapsed:
 		return
@@ -138,7 +139,7 @@ func (b *nftBackend) keepAlive(ctx context.Context, stats *SyncStats) {
 	}
 	tx := nft.NewTransaction()
 	b.fam.extendAlive(tx, l.timeout)
-	err := countedRuleset{b.rs, stats}.Run(ctx, tx)
+	err := countedRuleset{b.rs, c}.Run(ctx, tx)
 	switch {
 	case err == nil:
 		l.written(began)
@@ -146,15 +147,15 @@ func (b *nftBackend) keepAlive(ctx context.Context, stats *SyncStats) {
 		if l.state == aliveKnown {
 			// Someone deleted it, or the table; or this process was stopped for
 			// longer than its lifetime. A full sync puts the table right first.
-			b.p.logger.Info("The nftables rules' liveness element is gone; the rules are off until a full sync has written them", "set", b.fam.name(nftAliveSet))
-			b.p.needFull = true
+			b.log.Info("The nftables rules' liveness element is gone; the rules are off until a full sync has written them", "set", b.fam.name(nftAliveSet))
+			out.NeedFull = true
 		} else {
-			b.p.logger.V(2).Info("No living nftables rules at start; they come on once the first full sync has written them", "set", b.fam.name(nftAliveSet))
+			b.log.V(2).Info("No living nftables rules at start; they come on once the first full sync has written them", "set", b.fam.name(nftAliveSet))
 		}
 		l.state = aliveLapsed
 	default:
 		// Tried again on the next run of the loop, at least once a sync period.
-		b.p.logger.Error(err, "Failed to renew the nftables rules' liveness element", "set", b.fam.name(nftAliveSet), "livesUntil", l.until)
+		b.log.Error(err, "Failed to renew the nftables rules' liveness element", "set", b.fam.name(nftAliveSet), "livesUntil", l.until)
 	}
 }
 
@@ -179,18 +180,18 @@ func (b *nftBackend) aliveInProgramme(tx *nft.Transaction, chains, setNames []st
 
 // reviveAfterFullSync writes the liveness element after a full sync has written
 // the elements and rules, unless the programme's transaction renewed it.
-func (b *nftBackend) reviveAfterFullSync(ctx context.Context, stats *SyncStats) error {
+func (b *nftBackend) reviveAfterFullSync(ctx context.Context, c rules.Counter) error {
 	if b.alive.inProgramme {
 		return nil
 	}
-	began := b.p.clock.Now()
+	began := b.clock.Now()
 	tx := nft.NewTransaction()
 	b.fam.writeAlive(tx, b.alive.timeout)
-	if err := (countedRuleset{b.rs, stats}).Run(ctx, tx); err != nil {
+	if err := (countedRuleset{b.rs, c}).Run(ctx, tx); err != nil {
 		return fmt.Errorf("turning the nftables rules on (set %s): %w", b.fam.name(nftAliveSet), err)
 	}
 	if b.alive.state != aliveKnown {
-		b.p.logger.V(2).Info("The nftables rules are on", "set", b.fam.name(nftAliveSet), "lifetime", b.alive.timeout)
+		b.log.V(2).Info("The nftables rules are on", "set", b.fam.name(nftAliveSet), "lifetime", b.alive.timeout)
 	}
 	b.alive.written(began)
 	return nil

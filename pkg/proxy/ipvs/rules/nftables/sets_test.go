@@ -1,4 +1,4 @@
-package ipvs
+package nftables
 
 import (
 	"context"
@@ -49,10 +49,10 @@ func elementLines(t *testing.T, r nft.Ruleset) []string {
 func TestNFTDesiredElements(t *testing.T) {
 	f := newNFTFamily(v1.IPv4Protocol)
 	got, errs := nftDesiredElements(f, []rules.Member{
-		member(setClusterIP, "10.96.0.1,tcp:443"),
-		member(setNodePortTCP, "30080"),
-		member(setLoadBalancerSourceCIDR, "192.0.2.10,tcp:80,10.0.0.0/8"),
-		member(setLoadBalancerSourceIP, "192.0.2.10,tcp:80,10.1.2.3"), // inside the range
+		member(rules.ClusterIP, "10.96.0.1,tcp:443"),
+		member(rules.NodePortTCP, "30080"),
+		member(rules.LoadBalancerSourceCIDR, "192.0.2.10,tcp:80,10.0.0.0/8"),
+		member(rules.LoadBalancerSourceIP, "192.0.2.10,tcp:80,10.1.2.3"), // inside the range
 		{Set: 0, Port: 1}, // no set: left out alone
 	})
 	if len(errs) != 1 {
@@ -74,8 +74,8 @@ func TestNFTDesiredElements(t *testing.T) {
 func TestNFTChangesNarrowARange(t *testing.T) {
 	fake := nftLoaded(t)
 	f := newNFTFamily(v1.IPv4Protocol)
-	before, _ := nftDesiredElements(f, []rules.Member{member(setLoadBalancerSourceCIDR, "192.0.2.10,tcp:80,10.0.0.0/8")})
-	after, _ := nftDesiredElements(f, []rules.Member{member(setLoadBalancerSourceCIDR, "192.0.2.10,tcp:80,10.1.0.0/16")})
+	before, _ := nftDesiredElements(f, []rules.Member{member(rules.LoadBalancerSourceCIDR, "192.0.2.10,tcp:80,10.0.0.0/8")})
+	after, _ := nftDesiredElements(f, []rules.Member{member(rules.LoadBalancerSourceCIDR, "192.0.2.10,tcp:80,10.1.0.0/16")})
 	for _, step := range []struct{ have, want nftElements }{{nftElements{}, before}, {before, after}} {
 		refused, err := nftApplyChanges(context.Background(), fake, nftElementChanges(step.have, step.want), 5)
 		if err != nil || len(refused) > 0 {

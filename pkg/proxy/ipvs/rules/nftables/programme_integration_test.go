@@ -1,4 +1,4 @@
-package ipvs
+package nftables
 
 import (
 	"context"
