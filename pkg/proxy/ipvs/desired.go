@@ -130,203 +130,257 @@ func buildServiceState(bc *buildContext, ports []servicePort) *serviceState {
 
 func buildServicePort(bc *buildContext, sp servicePort, st *serviceState, vss map[vsKey]*desiredVS,
 	entries sets.Set[rules.Member], bind sets.Set[string], outFilter sets.Set[rules.OutFilter]) {
-	svc := sp.info
-	proto := rules.ProtocolNumber(string(svc.Protocol))
-	port := uint16(svc.Port)
+	b := &portBuilder{bc: bc, sp: sp, st: st, vss: vss, entries: entries, bind: bind, outFilter: outFilter,
+		proto: rules.ProtocolNumber(string(sp.info.Protocol)), port: uint16(sp.info.Port)}
+	b.sp.endpoints = b.usableEndpoints()
+	b.hairpin()
+	b.clusterEps, b.localEps, _, b.hasAny = proxy.CategorizeEndpoints(b.sp.endpoints, sp.info, bc.nodeName, bc.nodeLabels)
+	var badSched []refusal
+	b.scheduler, b.schedFlags, badSched = chooseScheduler(bc.scheduler, sp.info)
+	st.refused = append(st.refused, badSched...)
+	b.clusterIP()
+	b.externalIPs()
+	b.loadBalancers()
+	b.nodePorts()
+	b.healthCheck()
+}
 
-	// Endpoints IPVS cannot use as destinations are left out (the kernel refuses a
-	// multicast or broadcast real server with EINVAL; the others cannot be reached).
-	endpoints := sp.endpoints
-	for i, ep := range sp.endpoints {
+// portBuilder builds the desired state of one Service port.
+type portBuilder struct {
+	bc        *buildContext
+	sp        servicePort
+	st        *serviceState
+	vss       map[vsKey]*desiredVS
+	entries   sets.Set[rules.Member]
+	bind      sets.Set[string]
+	outFilter sets.Set[rules.OutFilter]
+	proto     uint8
+	port      uint16
+
+	clusterEps, localEps []*proxy.Endpoint
+	hasAny               bool
+	scheduler            string
+	schedFlags           uint32
+	// The port's virtual servers that choose the same endpoints share one list of
+	// real servers (lists are never changed in place): a NodePort Service's ClusterIP
+	// and node-port virtual servers hold one list, or two when a traffic policy is
+	// Local. By whether only local endpoints were chosen:
+	rsLists [2][]desiredRS
+	rsBuilt [2]bool
+}
+
+// usableEndpoints leaves out the endpoints IPVS cannot use as destinations (the
+// kernel refuses a multicast or broadcast real server with EINVAL; the others cannot
+// be reached), each with a refusal.
+func (b *portBuilder) usableEndpoints() []*proxy.Endpoint {
+	all := b.sp.endpoints
+	endpoints := all
+	for i, ep := range all {
 		if reason := unusableEndpoint(ep.IP); reason != "" {
-			st.refused = append(st.refused, refusal{field: "endpoint", value: ep.IP, reason: reason})
-			if len(endpoints) == len(sp.endpoints) {
-				endpoints = slices.Clone(sp.endpoints[:i])
+			b.st.refused = append(b.st.refused, refusal{field: "endpoint", value: ep.IP, reason: reason})
+			if len(endpoints) == len(all) {
+				endpoints = slices.Clone(all[:i])
 			}
 			continue
 		}
-		if len(endpoints) != len(sp.endpoints) {
+		if len(endpoints) != len(all) {
 			endpoints = append(endpoints, ep)
 		}
 	}
-	sp.endpoints = endpoints
+	return endpoints
+}
 
-	// Hairpin: a local endpoint reaching itself through the service is masqueraded.
-	for _, ep := range sp.endpoints {
-		if ep.IsLocal {
-			if a, err := netip.ParseAddr(ep.IP); err == nil {
-				a = a.Unmap()
-				entries.Insert(rules.SourceMember(rules.LoopBack, a, proto, uint16(ep.Port), netip.PrefixFrom(a, a.BitLen())))
-			}
-		}
-	}
-
-	clusterEps, localEps, _, hasAny := proxy.CategorizeEndpoints(sp.endpoints, svc, bc.nodeName, bc.nodeLabels)
-	pick := func(onlyLocal bool) ([]*proxy.Endpoint, bool) {
-		if !onlyLocal {
-			return clusterEps, false
-		}
-		if len(localEps) > 0 {
-			return localEps, true
-		}
-		// Upstream (kubernetes#97081): with no local endpoint, fall back to the cluster
-		// endpoints so that local pods still reach the service.
-		return clusterEps, false
-	}
-
-	scheduler, schedFlags, badSched := chooseScheduler(bc.scheduler, svc)
-	st.refused = append(st.refused, badSched...)
-	newVS := func(addr net.IP, port int) *ipvs.VirtualServer {
-		vs := &ipvs.VirtualServer{Address: addr, Protocol: string(svc.Protocol), Port: uint16(port), Scheduler: scheduler, Flags: schedFlags}
-		if svc.SessionAffinityType == v1.ServiceAffinityClientIP {
-			vs.Flags |= ipvs.FlagPersistent
-			vs.Timeout = uint32(svc.StickyMaxAgeSeconds)
-		}
-		return vs
-	}
-	// The port's virtual servers that choose the same endpoints share one list of real
-	// servers (lists are never changed in place): a NodePort Service's ClusterIP and
-	// node-port virtual servers hold one list, or two when a traffic policy is Local.
-	var rsLists [2][]desiredRS // by whether only local endpoints were chosen
-	var rsBuilt [2]bool
-	// addVS records a virtual server; internal says it is the ClusterIP one, governed by
-	// internalTrafficPolicy rather than externalTrafficPolicy.
-	addVS := func(vs *ipvs.VirtualServer, onlyLocal, internal bool) {
-		eps, local := pick(onlyLocal)
-		if onlyLocal && !local && hasAny {
-			if internal {
-				st.noLocalInternal = true
-			} else {
-				st.noLocalExternal = true
-			}
-		}
-		i := 0
-		if local {
-			i = 1
-		}
-		if !rsBuilt[i] {
-			rsLists[i], rsBuilt[i] = realServersFor(bc, svc, eps, sp.endpoints, local), true
-		}
-		k := keyOfVS(vs)
-		vss[k] = &desiredVS{port: sp.name, vs: vs, key: k, realServers: rsLists[i]}
-	}
-
-	self := sp.name.NamespacedName
-	// usableVIP refuses an address no virtual server can serve, and an external or LB
-	// address:port that is another Service's ClusterIP:port.
-	usableVIP := func(field string, ip net.IP, port int, external bool) bool {
-		if reason := unusableAddress(ip); reason != "" {
-			st.refused = append(st.refused, refusal{field: field, value: ip.String(), reason: reason})
-			return false
-		}
-		if !external {
-			return true
-		}
-		k := makeVSKey(string(svc.Protocol), ip, uint16(port))
-		st.externalKeys = append(st.externalKeys, k)
-		if owner, ok := bc.clusterOwner[k]; ok && owner != self {
-			st.refused = append(st.refused, refusal{field: field, value: ip.String() + " " + strconv.Itoa(port) + "/" + string(svc.Protocol),
-				reason: "it is the ClusterIP and port of Service " + owner.String()})
-			return false
-		}
-		return true
-	}
-
-	// ClusterIP.
-	if svc.ClusterIP != nil && usableVIP("clusterIP", svc.ClusterIP, svc.Port, false) {
-		entries.Insert(rules.ServiceMember(rules.ClusterIP, addrOf(svc.ClusterIP), proto, port))
-		addVS(newVS(svc.ClusterIP, svc.Port), svc.InternalPolicyLocal, true)
-		bind.Insert(svc.ClusterIP.String())
-	}
-
-	// externalIPs.
-	for _, ip := range svc.ExternalIPs {
-		if !usableVIP("externalIPs", ip, svc.Port, true) {
+// hairpin: a local endpoint reaching itself through the service is masqueraded.
+func (b *portBuilder) hairpin() {
+	for _, ep := range b.sp.endpoints {
+		if !ep.IsLocal {
 			continue
 		}
-		if svc.ExternalPolicyLocal {
-			entries.Insert(rules.ServiceMember(rules.ExternalIPLocal, addrOf(ip), proto, port))
-		} else {
-			entries.Insert(rules.ServiceMember(rules.ExternalIP, addrOf(ip), proto, port))
-		}
-		addVS(newVS(ip, svc.Port), svc.ExternalPolicyLocal, false)
-		if !bc.localAddrs.Has(ip.String()) {
-			bind.Insert(ip.String())
+		if a, err := netip.ParseAddr(ep.IP); err == nil {
+			a = a.Unmap()
+			b.entries.Insert(rules.SourceMember(rules.LoopBack, a, b.proto, uint16(ep.Port), netip.PrefixFrom(a, a.BitLen())))
 		}
 	}
+}
 
-	// LoadBalancer ingress addresses.
+// pick chooses the endpoints of a virtual server: the local ones for a Local traffic
+// policy, falling back to the cluster's when there is none (upstream,
+// kubernetes#97081: local pods still reach the service); local says which it chose.
+func (b *portBuilder) pick(onlyLocal bool) (eps []*proxy.Endpoint, local bool) {
+	if !onlyLocal {
+		return b.clusterEps, false
+	}
+	if len(b.localEps) > 0 {
+		return b.localEps, true
+	}
+	return b.clusterEps, false
+}
+
+func (b *portBuilder) newVS(addr net.IP, port int) *ipvs.VirtualServer {
+	svc := b.sp.info
+	vs := &ipvs.VirtualServer{Address: addr, Protocol: string(svc.Protocol), Port: uint16(port), Scheduler: b.scheduler, Flags: b.schedFlags}
+	if svc.SessionAffinityType == v1.ServiceAffinityClientIP {
+		vs.Flags |= ipvs.FlagPersistent
+		vs.Timeout = uint32(svc.StickyMaxAgeSeconds)
+	}
+	return vs
+}
+
+// addVS records a virtual server; internal says it is the ClusterIP one, governed by
+// internalTrafficPolicy rather than externalTrafficPolicy.
+func (b *portBuilder) addVS(vs *ipvs.VirtualServer, onlyLocal, internal bool) {
+	eps, local := b.pick(onlyLocal)
+	if onlyLocal && !local && b.hasAny {
+		if internal {
+			b.st.noLocalInternal = true
+		} else {
+			b.st.noLocalExternal = true
+		}
+	}
+	i := 0
+	if local {
+		i = 1
+	}
+	if !b.rsBuilt[i] {
+		b.rsLists[i], b.rsBuilt[i] = realServersFor(b.bc, b.sp.info, eps, b.sp.endpoints, local), true
+	}
+	k := keyOfVS(vs)
+	b.vss[k] = &desiredVS{port: b.sp.name, vs: vs, key: k, realServers: b.rsLists[i]}
+}
+
+// usableVIP refuses an address no virtual server can serve, and an external or LB
+// address:port that is another Service's ClusterIP:port.
+func (b *portBuilder) usableVIP(field string, ip net.IP, port int, external bool) bool {
+	svc := b.sp.info
+	if reason := unusableAddress(ip); reason != "" {
+		b.st.refused = append(b.st.refused, refusal{field: field, value: ip.String(), reason: reason})
+		return false
+	}
+	if !external {
+		return true
+	}
+	k := makeVSKey(string(svc.Protocol), ip, uint16(port))
+	b.st.externalKeys = append(b.st.externalKeys, k)
+	if owner, ok := b.bc.clusterOwner[k]; ok && owner != b.sp.name.NamespacedName {
+		b.st.refused = append(b.st.refused, refusal{field: field, value: ip.String() + " " + strconv.Itoa(port) + "/" + string(svc.Protocol),
+			reason: "it is the ClusterIP and port of Service " + owner.String()})
+		return false
+	}
+	return true
+}
+
+func (b *portBuilder) clusterIP() {
+	svc := b.sp.info
+	if svc.ClusterIP != nil && b.usableVIP("clusterIP", svc.ClusterIP, svc.Port, false) {
+		b.entries.Insert(rules.ServiceMember(rules.ClusterIP, addrOf(svc.ClusterIP), b.proto, b.port))
+		b.addVS(b.newVS(svc.ClusterIP, svc.Port), svc.InternalPolicyLocal, true)
+		b.bind.Insert(svc.ClusterIP.String())
+	}
+}
+
+func (b *portBuilder) externalIPs() {
+	svc := b.sp.info
+	for _, ip := range svc.ExternalIPs {
+		if !b.usableVIP("externalIPs", ip, svc.Port, true) {
+			continue
+		}
+		set := rules.ExternalIP
+		if svc.ExternalPolicyLocal {
+			set = rules.ExternalIPLocal
+		}
+		b.entries.Insert(rules.ServiceMember(set, addrOf(ip), b.proto, b.port))
+		b.addVS(b.newVS(ip, svc.Port), svc.ExternalPolicyLocal, false)
+		if !b.bc.localAddrs.Has(ip.String()) {
+			b.bind.Insert(ip.String())
+		}
+	}
+}
+
+func (b *portBuilder) loadBalancers() {
+	svc := b.sp.info
 	for _, ip := range svc.LoadBalancerVIPs {
-		if !usableVIP("status.loadBalancer.ingress", ip, svc.Port, true) {
+		if !b.usableVIP("status.loadBalancer.ingress", ip, svc.Port, true) {
 			continue
 		}
 		a := addrOf(ip)
-		entries.Insert(rules.ServiceMember(rules.LoadBalancer, a, proto, port))
+		b.entries.Insert(rules.ServiceMember(rules.LoadBalancer, a, b.proto, b.port))
 		if svc.ExternalPolicyLocal {
-			entries.Insert(rules.ServiceMember(rules.LoadBalancerLocal, a, proto, port))
+			b.entries.Insert(rules.ServiceMember(rules.LoadBalancerLocal, a, b.proto, b.port))
 		}
 		if len(svc.LoadBalancerSourceRanges) > 0 {
-			entries.Insert(rules.ServiceMember(rules.LoadBalancerFW, a, proto, port))
-			allowFromNode := false
-			for _, cidr := range svc.LoadBalancerSourceRanges {
-				entries.Insert(rules.SourceMember(rules.LoadBalancerSourceCIDR, a, proto, port, prefixOf(cidr)))
-				if bc.nodeIP != nil && cidr.Contains(bc.nodeIP) {
-					allowFromNode = true
-				}
-			}
-			if allowFromNode {
-				// The node reaches an LB address it hosts with that address as source.
-				entries.Insert(rules.SourceMember(rules.LoadBalancerSourceIP, a, proto, port, netip.PrefixFrom(a, a.BitLen())))
-			} else {
-				// kubernetes#119656: the node is not an allowed source, so its own access to
-				// the LB address (source and destination both the LB address) is dropped.
-				outFilter.Insert(rules.OutFilter{Source: a.As16(), VAddr: a.As16(), Proto: proto, Port: port})
-			}
+			b.sourceRanges(a)
 		}
-		addVS(newVS(ip, svc.Port), svc.ExternalPolicyLocal, false)
-		if !bc.localAddrs.Has(ip.String()) {
-			bind.Insert(ip.String())
+		b.addVS(b.newVS(ip, svc.Port), svc.ExternalPolicyLocal, false)
+		if !b.bc.localAddrs.Has(ip.String()) {
+			b.bind.Insert(ip.String())
 		}
 	}
+}
 
-	// NodePort.
-	if svc.NodePort != 0 && len(bc.nodePortIPs) > 0 {
-		var npEntries []rules.Member
-		switch svc.Protocol {
-		case v1.ProtocolTCP:
-			npEntries = []rules.Member{rules.PortMember(rules.NodePortTCP, uint16(svc.NodePort))}
-		case v1.ProtocolUDP:
-			npEntries = []rules.Member{rules.PortMember(rules.NodePortUDP, uint16(svc.NodePort))}
-		case v1.ProtocolSCTP:
-			// SCTP node ports use hash:ip,port with every node address.
-			for _, ip := range bc.nodePortIPs {
-				npEntries = append(npEntries, rules.ServiceMember(rules.NodePortSCTP, addrOf(ip), proto, uint16(svc.NodePort)))
-			}
-		}
-		for _, e := range npEntries {
-			entries.Insert(e)
-			if svc.ExternalPolicyLocal {
-				e.Set = localNodePortSet[e.Set]
-				entries.Insert(e)
-			}
-		}
-		for _, ip := range bc.nodePortIPs {
-			addVS(newVS(ip, svc.NodePort), svc.ExternalPolicyLocal, false)
+// sourceRanges lets only the Service's source ranges reach LoadBalancer address a.
+func (b *portBuilder) sourceRanges(a netip.Addr) {
+	b.entries.Insert(rules.ServiceMember(rules.LoadBalancerFW, a, b.proto, b.port))
+	allowFromNode := false
+	for _, cidr := range b.sp.info.LoadBalancerSourceRanges {
+		b.entries.Insert(rules.SourceMember(rules.LoadBalancerSourceCIDR, a, b.proto, b.port, prefixOf(cidr)))
+		if b.bc.nodeIP != nil && cidr.Contains(b.bc.nodeIP) {
+			allowFromNode = true
 		}
 	}
+	if allowFromNode {
+		// The node reaches an LB address it hosts with that address as source.
+		b.entries.Insert(rules.SourceMember(rules.LoadBalancerSourceIP, a, b.proto, b.port, netip.PrefixFrom(a, a.BitLen())))
+	} else {
+		// kubernetes#119656: the node is not an allowed source, so its own access to
+		// the LB address (source and destination both the LB address) is dropped.
+		b.outFilter.Insert(rules.OutFilter{Source: a.As16(), VAddr: a.As16(), Proto: b.proto, Port: b.port})
+	}
+}
 
-	if svc.HealthCheckNodePort != 0 {
-		entries.Insert(rules.PortMember(rules.HealthCheckNodePort, uint16(svc.HealthCheckNodePort)))
-		st.healthCheckNodePort = svc.HealthCheckNodePort
-		n := 0
-		for _, ep := range sp.endpoints {
-			if ep.IsLocal && ep.Ready {
-				n++
-			}
+func (b *portBuilder) nodePorts() {
+	svc := b.sp.info
+	if svc.NodePort == 0 || len(b.bc.nodePortIPs) == 0 {
+		return
+	}
+	var npEntries []rules.Member
+	switch svc.Protocol {
+	case v1.ProtocolTCP:
+		npEntries = []rules.Member{rules.PortMember(rules.NodePortTCP, uint16(svc.NodePort))}
+	case v1.ProtocolUDP:
+		npEntries = []rules.Member{rules.PortMember(rules.NodePortUDP, uint16(svc.NodePort))}
+	case v1.ProtocolSCTP:
+		// SCTP node ports use hash:ip,port with every node address.
+		for _, ip := range b.bc.nodePortIPs {
+			npEntries = append(npEntries, rules.ServiceMember(rules.NodePortSCTP, addrOf(ip), b.proto, uint16(svc.NodePort)))
 		}
-		if n > st.localEndpoints {
-			st.localEndpoints = n
+	}
+	for _, e := range npEntries {
+		b.entries.Insert(e)
+		if svc.ExternalPolicyLocal {
+			e.Set = localNodePortSet[e.Set]
+			b.entries.Insert(e)
 		}
+	}
+	for _, ip := range b.bc.nodePortIPs {
+		b.addVS(b.newVS(ip, svc.NodePort), svc.ExternalPolicyLocal, false)
+	}
+}
+
+func (b *portBuilder) healthCheck() {
+	svc := b.sp.info
+	if svc.HealthCheckNodePort == 0 {
+		return
+	}
+	b.entries.Insert(rules.PortMember(rules.HealthCheckNodePort, uint16(svc.HealthCheckNodePort)))
+	b.st.healthCheckNodePort = svc.HealthCheckNodePort
+	n := 0
+	for _, ep := range b.sp.endpoints {
+		if ep.IsLocal && ep.Ready {
+			n++
+		}
+	}
+	if n > b.st.localEndpoints {
+		b.st.localEndpoints = n
 	}
 }
 

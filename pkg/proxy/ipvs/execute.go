@@ -141,51 +141,12 @@ func (p *Proxier) execute(ctx context.Context, pl *syncPlan, outRules []rules.Ou
 // server skips its real servers; a refused real server is left out and the others go in.
 func (p *Proxier) executeVirtualServer(ctx context.Context, vp *vsPlan, stats *SyncStats, ct *[]conntrackTarget, out *outcome) {
 	key := vp.key
-	failed := func(what string, err error) {
-		out.fail(failure{key: retryKey{kind: retryVS, vs: key}, layer: heldBackIPVS, what: what,
-			owners: ownerList(vp.owner), err: err})
-	}
-	schedulerRefused := func(spec *ipvs.VirtualServer) {
-		out.fail(failure{key: retryKey{kind: retryVS, vs: key}, layer: heldBackIPVS, topic: "scheduler " + vp.spec.Scheduler,
-			what:   "scheduler " + vp.spec.Scheduler + " of virtual server " + key.String() + " (using " + spec.Scheduler + ")",
-			owners: ownerList(vp.owner), err: fmt.Errorf("the kernel refused scheduler %s for %s", vp.spec.Scheduler, key)})
-	}
-	switch vp.action {
-	case vsDelete:
-		stats.IPVSOps++
-		stats.count(opDeleteVirtualServer)
-		if err := p.kernel.IPVS.DeleteVirtualServer(ctx, vp.spec); err != nil && !ipvs.IsNotFound(err) {
-			failed("virtual server "+key.String(), fmt.Errorf("deleting virtual server %s: %w", key, err))
-			return
-		}
-		if a := p.applied.vs[key]; a != nil {
-			for _, r := range a.rs {
-				delete(p.draining, drainKey{key, r.key})
-			}
-		}
-		delete(p.applied.vs, key)
-		p.noteConntrack(vp.spec, ct)
+	if vp.action == vsDelete {
+		p.deleteVirtualServer(ctx, vp, stats, ct, out)
 		return
-	case vsCreate:
-		spec, err := p.writeVirtualServer(ctx, vp.spec, false, stats)
-		if err != nil {
-			failed("virtual server "+key.String(), fmt.Errorf("adding virtual server %s: %w", key, err))
-			return
-		}
-		p.applied.vs[key] = &appliedVS{vs: spec}
-		if spec != vp.spec {
-			schedulerRefused(spec)
-		}
-	case vsUpdate:
-		spec, err := p.writeVirtualServer(ctx, vp.spec, true, stats)
-		if err != nil {
-			failed("virtual server "+key.String(), fmt.Errorf("updating virtual server %s: %w", key, err))
-		} else {
-			p.applied.vs[key].vs = spec
-			if spec != vp.spec {
-				schedulerRefused(spec)
-			}
-		}
+	}
+	if !p.writePlannedVirtualServer(ctx, vp, stats, out) {
+		return
 	}
 	a := p.applied.vs[key]
 	if vp.share {
@@ -197,58 +158,12 @@ func (p *Proxier) executeVirtualServer(ctx context.Context, vp *vsPlan, stats *S
 		}
 		return
 	}
-
 	next := make([]desiredRS, 0, len(vp.steps))
 	changedRS := false
 	for _, s := range vp.steps {
-		switch s.action {
-		case rsKeep:
-			next = append(next, s.want)
-		case rsKeepDraining:
-			next = append(next, s.have)
-			continue
-		case rsAdd:
-			stats.IPVSOps++
-			stats.count(opAddRealServer)
-			if err := p.kernel.IPVS.AddRealServer(ctx, a.vs, s.want.key.realServer(s.want.weight)); err != nil {
-				failed("real server "+s.want.key.String()+" of "+key.String(), fmt.Errorf("adding real server %s to %s: %w", s.want.key, key, err))
-				continue
-			}
-			next, changedRS = append(next, s.want), true
-		case rsSetWeight:
-			stats.IPVSOps++
-			stats.count(opUpdateRealServer)
-			if err := p.kernel.IPVS.UpdateRealServer(ctx, a.vs, s.want.key.realServer(s.want.weight)); err != nil {
-				failed("real server "+s.want.key.String()+" of "+key.String(), fmt.Errorf("setting weight of real server %s of %s: %w", s.want.key, key, err))
-				next = append(next, s.have)
-				continue
-			}
-			next, changedRS = append(next, s.want), true
-		case rsDrain:
-			stats.IPVSOps++
-			stats.count(opUpdateRealServer)
-			if err := p.kernel.IPVS.UpdateRealServer(ctx, a.vs, s.have.key.realServer(0)); err != nil {
-				failed("real server "+s.have.key.String()+" of "+key.String(), fmt.Errorf("draining real server %s of %s: %w", s.have.key, key, err))
-				next = append(next, s.have)
-				continue
-			}
-			p.draining[drainKey{key, s.have.key}] = p.clock.Now().Add(p.opts.DrainTimeout).UnixNano()
-			next = append(next, desiredRS{key: s.have.key, weight: 0})
-			continue
-		case rsDelete:
-			stats.IPVSOps++
-			stats.count(opDeleteRealServer)
-			if err := p.kernel.IPVS.DeleteRealServer(ctx, a.vs, s.have.key.realServer(s.have.weight)); err != nil && !ipvs.IsNotFound(err) {
-				failed("real server "+s.have.key.String()+" of "+key.String(), fmt.Errorf("deleting real server %s of %s: %w", s.have.key, key, err))
-				next = append(next, s.have)
-				continue
-			}
-			changedRS = true
-			continue
-		}
-		if len(p.draining) > 0 {
-			delete(p.draining, drainKey{key, s.want.key})
-		}
+		rs, changed := p.executeRealServer(ctx, vp, a, s, stats, out)
+		next = append(next, rs...)
+		changedRS = changedRS || changed
 	}
 	slices.SortFunc(next, func(x, y desiredRS) int { return compareRSKeys(x.key, y.key) })
 	if slices.Equal(next, vp.desired.realServers) {
@@ -258,6 +173,114 @@ func (p *Proxier) executeVirtualServer(ctx context.Context, vp *vsPlan, stats *S
 	if changedRS {
 		p.noteConntrack(a.vs, ct)
 	}
+}
+
+// vsFailed records a refused write of vp's virtual server or of one of its real
+// servers.
+func vsFailed(out *outcome, vp *vsPlan, what string, err error) {
+	out.fail(failure{key: retryKey{kind: retryVS, vs: vp.key}, layer: heldBackIPVS, what: what,
+		owners: ownerList(vp.owner), err: err})
+}
+
+// deleteVirtualServer removes a virtual server no Service wants.
+func (p *Proxier) deleteVirtualServer(ctx context.Context, vp *vsPlan, stats *SyncStats, ct *[]conntrackTarget, out *outcome) {
+	key := vp.key
+	stats.IPVSOps++
+	stats.count(opDeleteVirtualServer)
+	if err := p.kernel.IPVS.DeleteVirtualServer(ctx, vp.spec); err != nil && !ipvs.IsNotFound(err) {
+		vsFailed(out, vp, "virtual server "+key.String(), fmt.Errorf("deleting virtual server %s: %w", key, err))
+		return
+	}
+	if a := p.applied.vs[key]; a != nil {
+		for _, r := range a.rs {
+			delete(p.draining, drainKey{key, r.key})
+		}
+	}
+	delete(p.applied.vs, key)
+	p.noteConntrack(vp.spec, ct)
+}
+
+// writePlannedVirtualServer creates or updates vp's virtual server, and reports
+// whether its real servers can be written (the virtual server is there).
+func (p *Proxier) writePlannedVirtualServer(ctx context.Context, vp *vsPlan, stats *SyncStats, out *outcome) bool {
+	key := vp.key
+	if vp.action != vsCreate && vp.action != vsUpdate {
+		return true
+	}
+	update := vp.action == vsUpdate
+	spec, err := p.writeVirtualServer(ctx, vp.spec, update, stats)
+	switch {
+	case err != nil && update:
+		// The virtual server is there as it was: its real servers are still written.
+		vsFailed(out, vp, "virtual server "+key.String(), fmt.Errorf("updating virtual server %s: %w", key, err))
+		return true
+	case err != nil:
+		vsFailed(out, vp, "virtual server "+key.String(), fmt.Errorf("adding virtual server %s: %w", key, err))
+		return false
+	case update:
+		p.applied.vs[key].vs = spec
+	default:
+		p.applied.vs[key] = &appliedVS{vs: spec}
+	}
+	if spec != vp.spec {
+		out.fail(failure{key: retryKey{kind: retryVS, vs: key}, layer: heldBackIPVS, topic: "scheduler " + vp.spec.Scheduler,
+			what:   "scheduler " + vp.spec.Scheduler + " of virtual server " + key.String() + " (using " + spec.Scheduler + ")",
+			owners: ownerList(vp.owner), err: fmt.Errorf("the kernel refused scheduler %s for %s", vp.spec.Scheduler, key)})
+	}
+	return true
+}
+
+// executeRealServer carries out one real server step of vp. It returns what the
+// virtual server holds of that real server afterwards (nothing once deleted) and
+// whether a write changed where traffic goes.
+func (p *Proxier) executeRealServer(ctx context.Context, vp *vsPlan, a *appliedVS, s rsStep, stats *SyncStats, out *outcome) ([]desiredRS, bool) {
+	key := vp.key
+	// write sends one request; verb and prep word the error ("adding real server X
+	// to Y"), made only on failure.
+	write := func(op kernelOp, k rsKey, verb, prep string, call func() error) bool {
+		stats.IPVSOps++
+		stats.count(op)
+		if err := call(); err != nil && !(op == opDeleteRealServer && ipvs.IsNotFound(err)) {
+			vsFailed(out, vp, "real server "+k.String()+" of "+key.String(), fmt.Errorf("%s real server %s %s %s: %w", verb, k, prep, key, err))
+			return false
+		}
+		return true
+	}
+	switch s.action {
+	case rsKeepDraining:
+		return []desiredRS{s.have}, false
+	case rsAdd:
+		if !write(opAddRealServer, s.want.key, "adding", "to", func() error {
+			return p.kernel.IPVS.AddRealServer(ctx, a.vs, s.want.key.realServer(s.want.weight))
+		}) {
+			return nil, false
+		}
+	case rsSetWeight:
+		if !write(opUpdateRealServer, s.want.key, "setting weight of", "of", func() error {
+			return p.kernel.IPVS.UpdateRealServer(ctx, a.vs, s.want.key.realServer(s.want.weight))
+		}) {
+			return []desiredRS{s.have}, false
+		}
+	case rsDrain:
+		if !write(opUpdateRealServer, s.have.key, "draining", "of", func() error {
+			return p.kernel.IPVS.UpdateRealServer(ctx, a.vs, s.have.key.realServer(0))
+		}) {
+			return []desiredRS{s.have}, false
+		}
+		p.draining[drainKey{key, s.have.key}] = p.clock.Now().Add(p.opts.DrainTimeout).UnixNano()
+		return []desiredRS{{key: s.have.key, weight: 0}}, false
+	case rsDelete:
+		if !write(opDeleteRealServer, s.have.key, "deleting", "of", func() error {
+			return p.kernel.IPVS.DeleteRealServer(ctx, a.vs, s.have.key.realServer(s.have.weight))
+		}) {
+			return []desiredRS{s.have}, false
+		}
+		return nil, true
+	}
+	if len(p.draining) > 0 {
+		delete(p.draining, drainKey{key, s.want.key})
+	}
+	return []desiredRS{s.want}, s.action != rsKeep
 }
 
 // executeCreates sends the new virtual servers and their real servers to the kernel

@@ -482,12 +482,15 @@ func (p *Proxier) LastSyncStats() SyncStats {
 // slowPartialSync is the duration from which a partial sync is logged with its phases.
 const slowPartialSync = 500 * time.Millisecond
 
-// syncProxyRules is the runner's function: the only writer of kernel state.
+// syncProxyRules is the runner's function: every run of the sync loop. Every write
+// to the kernel is a step of a plan carried out here (or of the resync's reading
+// beside the loop, and the removals after the first full sync: resync.go and
+// cleanup_beside.go).
 func (p *Proxier) syncProxyRules() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	// Before anything else, initialized or not: the nftables backend's rules stay
-	// on only while they are renewed (nftalive.go).
+	// on only while they are renewed.
 	var alive SyncStats
 	if err := p.applyRules(p.ctx, rules.KeepAlive{}, &alive, nil); err != nil {
 		p.logger.Error(err, "Failed to keep the rules on")
@@ -497,72 +500,14 @@ func (p *Proxier) syncProxyRules() {
 		return
 	}
 	start := p.clock.Now()
-	// A full sync reads the kernel first. After a failure (or at start) that read is
-	// done here, holding back every change; a periodic resync reads beside the sync
-	// loop instead (resync.go), and the sync after the read ends is the full one.
-	full := p.needFull || p.applied == nil
-	var snap *appliedState
-	var changes SyncStats // a periodic resync's changes, applied before it
-	var err error
-	if !full {
-		if p.resync == nil && start.Sub(p.lastFull) >= p.opts.SyncPeriod {
-			p.startResync()
-		}
-		if p.resyncRead() && p.changesPending() {
-			// The changes first, in a partial sync the read's journal notes: the
-			// resync's syncs take no changes, so all they write is drift.
-			changes, err = p.sync(p.ctx, false, nil, true, start)
-		}
-		if err == nil {
-			if s, rerr := p.takeResync(); rerr != nil {
-				p.logger.Error(rerr, "Failed to read the kernel for a periodic resync; reading it again now")
-				full = true
-			} else {
-				snap, full = s, s != nil
-			}
-		}
-	} else if p.resync != nil {
-		p.dropResync() // the inline read below supersedes it
-	}
-	var stats SyncStats
-	if err == nil {
-		syncStart := p.clock.Now()
-		stats, err = p.sync(p.ctx, full, snap, snap == nil, syncStart)
-		if err == nil && full {
-			p.afterFullSync(&stats) // cleanup_beside.go
-		}
-		if full {
-			stats.Slices, stats.LongestSlice = 1, p.clock.Since(syncStart)
-		}
-	}
-	stats.addChanges(changes) // nothing when none were applied first
-	stats.addSlice(alive)     // the liveness element's renewal, if any
-	if err == nil && p.slicer != nil {
-		var n int
-		var longest time.Duration
-		n, longest, err = p.resyncSlices(&stats)
-		stats.Slices += n
-		stats.LongestSlice = max(stats.LongestSlice, longest)
-	}
-	if err != nil {
-		p.endSlicing()
-	}
+	stats, full, err := p.runSyncs(start)
+	stats.addSlice(alive) // the liveness element's renewal, if any
 	stats.Full, stats.Err = full, err
 	p.lastSync = stats
 	elapsed := p.clock.Since(start)
 	observeSync(p.opts.IPFamily, full, elapsed, stats, err)
 	if err != nil {
-		// Failure contract: forget what we believe the kernel holds, reconcile fully on
-		// the next run, and retry soon (backing off up to the sync period).
-		p.logger.Error(err, "Failed to sync IPVS proxy rules; retrying with a full sync", "full", full)
-		p.applied = nil
-		p.needFull = true
-		if p.retryDelay < minRetryInterval {
-			p.retryDelay = minRetryInterval
-		} else if p.retryDelay *= 2; p.retryDelay > p.opts.SyncPeriod {
-			p.retryDelay = p.opts.SyncPeriod
-		}
-		p.syncRunner.RetryAfter(p.retryDelay)
+		p.syncFailed(err, full)
 		return
 	}
 	p.retryDelay = 0
@@ -578,8 +523,88 @@ func (p *Proxier) syncProxyRules() {
 	if p.opts.HealthzServer != nil {
 		p.opts.HealthzServer.Updated(p.opts.IPFamily)
 	}
+	p.logSync(stats, full, elapsed)
+}
+
+// runSyncs runs this run's syncs: the changes, or a full sync (at start, after a
+// failure, or over a periodic resync's read, with the changes first and the
+// comparison in slices), and reports whether it was full.
+func (p *Proxier) runSyncs(start time.Time) (SyncStats, bool, error) {
+	// A full sync reads the kernel first. After a failure (or at start) that read is
+	// done here, holding back every change; a periodic resync reads beside the sync
+	// loop instead (resync.go), and the sync after the read ends is the full one.
+	full := p.needFull || p.applied == nil
+	var snap *appliedState
+	var changes SyncStats // a periodic resync's changes, applied before it
+	var err error
+	if !full {
+		if p.resync == nil && start.Sub(p.lastFull) >= p.opts.SyncPeriod {
+			p.startResync()
+		}
+		if p.resyncRead() && p.changesPending() {
+			// The changes first, in a partial sync the read's journal notes: the
+			// resync's syncs take no changes, so all they write is drift.
+			changes, err = p.syncChanges(p.ctx, start)
+		}
+		if err == nil {
+			if s, rerr := p.takeResync(); rerr != nil {
+				p.logger.Error(rerr, "Failed to read the kernel for a periodic resync; reading it again now")
+				full = true
+			} else {
+				snap, full = s, s != nil
+			}
+		}
+	} else if p.resync != nil {
+		p.dropResync() // the inline read below supersedes it
+	}
+	var stats SyncStats
+	if err == nil {
+		syncStart := p.clock.Now()
+		if full {
+			stats, err = p.syncFull(p.ctx, snap, syncStart)
+		} else {
+			stats, err = p.syncChanges(p.ctx, syncStart)
+		}
+		if err == nil && full {
+			p.afterFullSync(&stats) // cleanup_beside.go
+		}
+		if full {
+			stats.Slices, stats.LongestSlice = 1, p.clock.Since(syncStart)
+		}
+	}
+	stats.addChanges(changes) // nothing when none were applied first
+	if err == nil && p.slicer != nil {
+		var n int
+		var longest time.Duration
+		n, longest, err = p.resyncSlices(&stats)
+		stats.Slices += n
+		stats.LongestSlice = max(stats.LongestSlice, longest)
+	}
+	if err != nil {
+		p.endSlicing()
+	}
+	return stats, full, err
+}
+
+// syncFailed is the failure contract: forget what we believe the kernel holds,
+// reconcile fully on the next run, and retry soon (backing off up to the sync
+// period).
+func (p *Proxier) syncFailed(err error, full bool) {
+	p.logger.Error(err, "Failed to sync IPVS proxy rules; retrying with a full sync", "full", full)
+	p.applied = nil
+	p.needFull = true
+	if p.retryDelay < minRetryInterval {
+		p.retryDelay = minRetryInterval
+	} else if p.retryDelay *= 2; p.retryDelay > p.opts.SyncPeriod {
+		p.retryDelay = p.opts.SyncPeriod
+	}
+	p.syncRunner.RetryAfter(p.retryDelay)
+}
+
+// logSync says what a sync did: where a full sync's time went (at scale these are
+// the syncs that cost), the drift it repaired, and a slow partial sync's phases.
+func (p *Proxier) logSync(stats SyncStats, full bool, elapsed time.Duration) {
 	if full {
-		// Where a full sync's time goes: at scale these are the syncs that cost.
 		p.logger.V(2).Info("Full sync complete", "elapsed", elapsed, "slices", stats.Slices, "longestSlice", stats.LongestSlice,
 			"compared", stats.Compared, "services", stats.Services, "ipvsOps", stats.IPVSOps, "ipsetOps", stats.IPSetOps,
 			"nftablesOps", stats.NFTablesOps, "addressOps", stats.AddressOps, "failed", stats.Failed, "phases", stats.phaseList())

@@ -109,7 +109,7 @@ func (p *Proxier) resyncSlices(total *SyncStats) (int, time.Duration, error) {
 			p.betweenSlices()
 		}
 		if p.changesPending() {
-			st, err := p.sync(p.ctx, false, nil, true, p.clock.Now())
+			st, err := p.syncChanges(p.ctx, p.clock.Now())
 			total.addChanges(st)
 			if err != nil {
 				p.endSlicing()
@@ -117,7 +117,7 @@ func (p *Proxier) resyncSlices(total *SyncStats) (int, time.Duration, error) {
 			}
 		}
 		start := p.clock.Now()
-		st, err := p.sync(p.ctx, false, nil, false, start)
+		st, err := p.syncSlice(p.ctx, start)
 		n++
 		longest = max(longest, p.clock.Since(start))
 		total.addSlice(st)

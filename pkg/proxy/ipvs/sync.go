@@ -56,68 +56,149 @@ type conntrackTarget struct {
 	port     uint16
 }
 
-// sync runs one sync: take the changes, rebuild the desired state of the Services they
-// touch, observe the kernel (full syncs), plan, execute. A write the kernel refuses
+// A sync takes changes, rebuilds the desired state of the Services they touch,
+// observes the kernel (full syncs), plans and executes. A write the kernel refuses
 // holds back only its object (retried with backoff, see retry.go); the error returned
 // is for failures no single object explains, after which the caller forgets p.applied.
+// There are three kinds, each an entry point of its own:
 //
-// A full sync reads the kernel itself, unless snap holds what a resync read beside the
-// sync loop (already corrected for the writes made meanwhile).
-//
-// changes says whether the sync takes the queued changes (of Services, endpoints, the
-// node's labels and addresses). A periodic resync's syncs do not: they compare the
-// kernel with the index, and whatever they write is drift someone else made, while the
-// changes are applied by syncs of their own between them (syncProxyRules, resyncSlices).
-// A partial sync without changes compares the resync's next slice.
-func (p *Proxier) sync(ctx context.Context, full bool, snap *appliedState, changes bool, start time.Time) (SyncStats, error) {
-	var stats SyncStats
-	stats.ops, p.resyncOps = p.resyncOps, [numKernelOps]int{}
-	stats.phase(start, "")
-	now := p.clock.Now()
-	var svcResult proxy.UpdateServiceMapResult
-	var epResult proxy.UpdateEndpointsMapResult
-	if changes {
-		svcResult = p.svcPortMap.Update(p.serviceChanges)
-		for name, ports := range svcResult.Ports {
-			if len(ports) == 0 {
-				delete(p.svcPorts, name)
-			} else {
-				p.svcPorts[name] = ports
-			}
-		}
-		epResult = p.endpointsMap.Update(p.endpointsChanges)
-		observeChangesApplied()
-	}
+//   - syncChanges takes the queued changes (of Services, endpoints, the node's labels
+//     and addresses) and compares only the keys they touch;
+//   - syncSlice compares the periodic resync's next slice of keys and takes no
+//     changes: whatever it writes is drift someone else made, while the changes are
+//     applied by syncs of their own between slices (syncProxyRules, resyncSlices);
+//   - syncFull compares everything. It reads the kernel itself (and takes the
+//     changes), unless snap holds what a resync read beside the sync loop (already
+//     corrected for the writes made meanwhile); it may then leave the comparison to
+//     slices.
 
-	// Every Service's desired state is rebuilt at start and after a failure. A periodic
-	// resync (snap) repairs the kernel, not the desired state: that changed only with
-	// the inputs, which every partial sync has followed, so it is rebuilt only when a
-	// node-wide input changed.
-	rebuildAll := (full && snap == nil) || (changes && p.nodeLabelsChanged)
-	if changes {
+// syncRun is one sync in progress.
+type syncRun struct {
+	stats SyncStats
+	now   time.Time
+	t     *touched
+	// changes are the changes the sync took (nil: none).
+	changes *takenChanges
+	full    bool
+	// rulesChecked: the resync read checked the rules beside the loop.
+	rulesChecked bool
+}
+
+// takenChanges are the results of applying the queued changes to the maps.
+type takenChanges struct {
+	svc proxy.UpdateServiceMapResult
+	ep  proxy.UpdateEndpointsMapResult
+}
+
+func (p *Proxier) newSyncRun(start time.Time) *syncRun {
+	r := &syncRun{now: p.clock.Now(), t: newTouched()}
+	r.stats.ops, p.resyncOps = p.resyncOps, [numKernelOps]int{}
+	r.stats.phase(start, "")
+	return r
+}
+
+// syncChanges is a partial sync that takes the queued changes.
+func (p *Proxier) syncChanges(ctx context.Context, start time.Time) (SyncStats, error) {
+	r := p.newSyncRun(start)
+	r.changes = p.takeChanges()
+	if err := p.rebuild(ctx, r, p.nodeLabelsChanged); err != nil {
+		return r.stats, err
+	}
+	if err := p.applyRules(ctx, rules.Grow{}, &r.stats, nil); err != nil {
+		return r.stats, err
+	}
+	p.dueRetries(r.now, r.t)
+	return r.stats, p.planAndExecute(ctx, r)
+}
+
+// syncSlice is a partial sync that compares the periodic resync's next slice.
+func (p *Proxier) syncSlice(ctx context.Context, start time.Time) (SyncStats, error) {
+	r := p.newSyncRun(start)
+	if err := p.rebuild(ctx, r, false); err != nil {
+		return r.stats, err
+	}
+	if p.slicer != nil {
+		more, n := p.slicer.fill(r.t)
+		if !more {
+			p.slicer = nil
+		}
+		r.stats.Compared += n
+	}
+	if err := p.applyRules(ctx, rules.Grow{}, &r.stats, nil); err != nil {
+		return r.stats, err
+	}
+	// A periodic resync's syncs write only drift. What a refusal holds back is
+	// retried on its own schedule by the syncs that take changes, so a resync
+	// neither retries it early nor counts the retry as a repair, and its virtual
+	// servers keep waiting in every slice.
+	p.withoutRetries(r.t)
+	return r.stats, p.planAndExecute(ctx, r)
+}
+
+// syncFull is a full sync: over snap, a resync's read, or over a read of its own.
+func (p *Proxier) syncFull(ctx context.Context, snap *appliedState, start time.Time) (SyncStats, error) {
+	r := p.newSyncRun(start)
+	r.full = true
+	// Every Service's desired state is rebuilt at start and after a failure. A
+	// periodic resync (snap) repairs the kernel, not the desired state: that changed
+	// only with the inputs, which every partial sync has followed.
+	if snap == nil {
+		r.changes = p.takeChanges()
+	}
+	if err := p.rebuild(ctx, r, snap == nil); err != nil {
+		return r.stats, err
+	}
+	if err := p.takeKernel(ctx, r, snap); err != nil {
+		return r.stats, err
+	}
+	if r.changes != nil {
+		p.dueRetries(r.now, r.t)
+	} else {
+		p.withoutRetries(r.t)
+	}
+	return r.stats, p.planAndExecute(ctx, r)
+}
+
+// takeChanges applies the queued changes to the service and endpoint maps.
+func (p *Proxier) takeChanges() *takenChanges {
+	c := &takenChanges{svc: p.svcPortMap.Update(p.serviceChanges)}
+	for name, ports := range c.svc.Ports {
+		if len(ports) == 0 {
+			delete(p.svcPorts, name)
+		} else {
+			p.svcPorts[name] = ports
+		}
+	}
+	c.ep = p.endpointsMap.Update(p.endpointsChanges)
+	observeChangesApplied()
+	return c
+}
+
+// rebuild rebuilds the desired state of the Services the sync's changes touch, or
+// of every Service (all, or when a node-wide input changed), into r.t.
+func (p *Proxier) rebuild(ctx context.Context, r *syncRun, all bool) error {
+	if r.changes != nil {
 		p.bc.nodeLabels = p.nodeLabels
 		p.nodeLabelsChanged = false
 	}
-
 	// Node addresses: NodePort, externalIP and LB decisions depend on them, so a change
 	// rebuilds every Service. With the netlink watch they are read only on full syncs
 	// and after a notification (cleared before the read, so a change during it is
 	// read next time): a partial sync reads nothing from the kernel.
-	if !p.addrWatch || full || (changes && p.addrsChanged.Swap(false)) {
-		localAddrs, nodePortIPs, err := p.nodeAddresses(ctx, &stats)
+	if !p.addrWatch || r.full || (r.changes != nil && p.addrsChanged.Swap(false)) {
+		localAddrs, nodePortIPs, err := p.nodeAddresses(ctx, &r.stats)
 		if err != nil {
 			p.addrsChanged.Store(true)
-			return stats, err
+			return err
 		}
 		if !localAddrs.Equal(p.bc.localAddrs) || !sameIPs(nodePortIPs, p.bc.nodePortIPs) {
 			p.bc.localAddrs, p.bc.nodePortIPs = localAddrs, nodePortIPs
-			rebuildAll = true
+			all = true
 		}
 	}
-
-	t := newTouched()
 	var changed sets.Set[types.NamespacedName]
-	if rebuildAll {
+	switch {
+	case all:
 		changed = sets.New[types.NamespacedName]()
 		for n := range p.index.services {
 			changed.Insert(n)
@@ -125,103 +206,93 @@ func (p *Proxier) sync(ctx context.Context, full bool, snap *appliedState, chang
 		for n := range p.svcPorts {
 			changed.Insert(n)
 		}
-	} else if changes {
-		changed = svcResult.UpdatedServices.Union(epResult.UpdatedServices)
+	case r.changes != nil:
+		changed = r.changes.svc.UpdatedServices.Union(r.changes.ep.UpdatedServices)
 	}
 	p.updateClusterOwners(changed)
 	for name := range changed {
 		st := p.buildService(name)
-		p.index.set(name, st, t)
+		p.index.set(name, st, r.t)
 		p.noteExternalKeys(name, st)
-		p.noteRefusals(name, st, now)
+		p.noteRefusals(name, st, r.now)
 	}
-	stats.Services = changed.Len()
-	stats.phase(p.clock.Now(), "build")
+	r.stats.Services = changed.Len()
+	r.stats.phase(p.clock.Now(), "build")
+	return nil
+}
 
-	if full {
-		observed := snap
-		if observed == nil {
-			var err error
-			if observed, err = p.observe(ctx, p.kernel.IPVS, p.kernel.Netlink, p.rules.Observe(nil), &stats); err != nil {
-				return stats, err
-			}
-			stats.phase(p.clock.Now(), "observe-addrs")
+// takeKernel makes a full sync's read of the kernel (snap, or one of its own) the
+// applied state, prepares the rules backend's sets and chooses the keys to compare:
+// all of them, or, for a periodic resync, the first slice.
+func (p *Proxier) takeKernel(ctx context.Context, r *syncRun, snap *appliedState) error {
+	observed := snap
+	if observed == nil {
+		var err error
+		if observed, err = p.observe(ctx, p.kernel.IPVS, p.kernel.Netlink, p.rules.Observe(nil), &r.stats); err != nil {
+			return err
 		}
-		// With a trusted memory of the kernel, whatever a full sync has to write is
-		// drift: someone else changed the kernel (or we missed an event).
-		stats.DriftCheck = p.applied != nil && !p.needFull
-		p.applied = observed
-		if observed.rules != nil {
-			p.rules.Adopt(observed.rules)
-			observed.rules = nil
-		}
-		digests := observed.digests
-		observed.digests = nil
-		p.endSlicing()
-		// A periodic resync compares its keys in slices (resync_slices.go); at start
-		// and after a failure everything is compared at once.
-		sliced := snap != nil && p.resyncSliceKeys > 0
-		if !sliced {
-			t = p.allTouched(observed)
-		}
-		t.outFilter, t.health = true, true
-		stats.phase(p.clock.Now(), "touch")
-		p.setsEmptied = false
-		if err := p.applyRules(ctx, rules.Prepare{Out: p.outFilterRules(nil)}, &stats, nil); err != nil {
-			return stats, err
-		}
-		stats.phase(p.clock.Now(), "prepare")
-		if sliced && p.setsEmptied {
-			// The programme was written anew and its sets are empty: fill them now,
-			// not slice by slice.
-			t = p.allTouched(p.applied)
-			sliced = false
-		}
-		if sliced {
-			ag := agreement{}
-			if digests != nil {
-				ag = p.index.agreement(digests, p.applied, t)
-			}
-			s := newResyncSlicer(p.index, p.applied, ag, p.resyncSliceKeys)
-			more, n := s.fill(t)
-			if more {
-				p.slicer = s
-			}
-			stats.Compared += n
-			stats.phase(p.clock.Now(), "slice")
-		}
+		r.stats.phase(p.clock.Now(), "observe-addrs")
 	}
-	if !full {
-		if p.slicer != nil && !changes {
-			more, n := p.slicer.fill(t)
-			if !more {
-				p.slicer = nil
-			}
-			stats.Compared += n
-		}
-		if err := p.applyRules(ctx, rules.Grow{}, &stats, nil); err != nil {
-			return stats, err
-		}
+	// With a trusted memory of the kernel, whatever a full sync has to write is
+	// drift: someone else changed the kernel (or we missed an event).
+	r.stats.DriftCheck = p.applied != nil && !p.needFull
+	r.rulesChecked = snap != nil && snap.rulesChecked
+	p.applied = observed
+	if observed.rules != nil {
+		p.rules.Adopt(observed.rules)
+		observed.rules = nil
 	}
-	if changes {
-		p.dueRetries(now, t)
-	} else {
-		// A periodic resync's syncs write only drift. What a refusal holds back is
-		// retried on its own schedule by the syncs that take changes, so a resync
-		// neither retries it early nor counts the retry as a repair, and its virtual
-		// servers keep waiting in every slice.
-		p.withoutRetries(t)
+	digests := observed.digests
+	observed.digests = nil
+	p.endSlicing()
+	// A periodic resync compares its keys in slices (resync_slices.go); at start
+	// and after a failure everything is compared at once.
+	sliced := snap != nil && p.resyncSliceKeys > 0
+	if !sliced {
+		r.t = p.allTouched(observed)
 	}
+	r.t.outFilter, r.t.health = true, true
+	r.stats.phase(p.clock.Now(), "touch")
+	p.setsEmptied = false
+	if err := p.applyRules(ctx, rules.Prepare{Out: p.outFilterRules(nil)}, &r.stats, nil); err != nil {
+		return err
+	}
+	r.stats.phase(p.clock.Now(), "prepare")
+	if sliced && p.setsEmptied {
+		// The programme was written anew and its sets are empty: fill them now,
+		// not slice by slice.
+		r.t = p.allTouched(p.applied)
+		sliced = false
+	}
+	if sliced {
+		ag := agreement{}
+		if digests != nil {
+			ag = p.index.agreement(digests, p.applied, r.t)
+		}
+		s := newResyncSlicer(p.index, p.applied, ag, p.resyncSliceKeys)
+		more, n := s.fill(r.t)
+		if more {
+			p.slicer = s
+		}
+		r.stats.Compared += n
+		r.stats.phase(p.clock.Now(), "slice")
+	}
+	return nil
+}
+
+// planAndExecute plans the writes for r's keys, carries them out and records the
+// outcome.
+func (p *Proxier) planAndExecute(ctx context.Context, r *syncRun) error {
+	t, stats := r.t, &r.stats
 	stats.Compared += t.vs.Len() + t.entries.Len() + t.addrs.Len()
-
-	outRules := p.outFilterRules(p.heldOutRules(now))
+	outRules := p.outFilterRules(p.heldOutRules(r.now))
 	pl := planSync(&planInput{
-		full:             full,
+		full:             r.full,
 		index:            p.index,
 		applied:          p.applied,
 		touched:          t,
 		rules:            p.rules.Text(p.index, outRules),
-		rulesChecked:     full && snap != nil && snap.rulesChecked,
+		rulesChecked:     r.rulesChecked,
 		draining:         func(k drainKey) bool { _, ok := p.draining[k]; return ok },
 		drainTerminating: p.bc.drainTerminating,
 		excluded:         p.excluded,
@@ -230,32 +301,31 @@ func (p *Proxier) sync(ctx context.Context, full bool, snap *appliedState, chang
 	// the write: it takes p.applied's word for them (resync.go).
 	p.journal.notePlan(pl)
 	if p.logger.V(4).Enabled() {
-		p.logger.V(4).Info("Sync plan", "full", full, "writes", pl.writes(), "plan", pl.String())
+		p.logger.V(4).Info("Sync plan", "full", r.full, "writes", pl.writes(), "plan", pl.String())
 	}
-
 	stats.phase(p.clock.Now(), "plan")
 
 	var ct []conntrackTarget
-	out, err := p.execute(ctx, pl, outRules, &stats, &ct)
+	out, err := p.execute(ctx, pl, outRules, stats, &ct)
 	if err != nil {
-		return stats, err
+		return err
 	}
 	stats.phase(p.clock.Now(), "unbinds")
 	stats.Failed = len(out.failures)
-	p.retryWait = p.recordOutcome(now, t, out)
+	p.retryWait = p.recordOutcome(r.now, t, out)
 	p.reportFailures(out)
-	p.processDraining(ctx, &stats)
+	p.processDraining(ctx, stats)
 	if t.health || !p.hcSynced {
 		p.syncHealthServers()
 	}
-	p.cleanConntrack(ctx, ct, full)
+	p.cleanConntrack(ctx, ct, r.full)
 	stats.phase(p.clock.Now(), "health+conntrack")
 	p.publishHeldBack()
-	if changes {
-		observeEndpointLatency(p.opts.IPFamily, epResult.LastChangeTriggerTimes)
+	if r.changes != nil {
+		observeEndpointLatency(p.opts.IPFamily, r.changes.ep.LastChangeTriggerTimes)
 	}
 	observeNoLocal(p.opts.IPFamily, p.index.noLocalIntern.Len(), p.index.noLocalExtern.Len())
-	return stats, nil
+	return nil
 }
 
 // allTouched marks every key the index wants or the kernel holds for comparison.

@@ -104,112 +104,150 @@ func q(s string) string { return `"` + s + `"` }
 // buildIPTablesRules writes the nat and filter tables for one iptables-restore
 // --noflush run. It does no I/O.
 func buildIPTablesRules(in *rulesInput) []byte {
-	var nat, filter bytes.Buffer
-	nat.WriteString("*nat\n")
-	filter.WriteString("*filter\n")
-	for _, c := range ownedChains {
-		b := &nat
-		if c.table == utiliptables.TableFilter {
-			b = &filter
-		}
-		fmt.Fprintf(b, ":%s - [0:0]\n", c.chain)
-	}
-	name := func(set rules.Set) string { return in.names[set] }
+	w := &ruleText{in: in}
+	w.nat.WriteString("*nat\n")
+	w.filter.WriteString("*filter\n")
+	w.declareChains()
+	w.setJumps()
+	w.clusterIPMasquerade()
+	w.externalIPs()
+	w.servicesTail()
+	w.filterRules()
+	w.postrouting()
+	w.nat.WriteString("COMMIT\n")
+	w.filter.WriteString("COMMIT\n")
+	w.nat.Write(w.filter.Bytes())
+	return w.nat.Bytes()
+}
 
+// ruleText is the text of the nat and filter tables being written, in order.
+type ruleText struct {
+	in          *rulesInput
+	nat, filter bytes.Buffer
+}
+
+func (w *ruleText) name(set rules.Set) string { return w.in.names[set] }
+
+func (w *ruleText) table(t utiliptables.Table) *bytes.Buffer {
+	if t == utiliptables.TableFilter {
+		return &w.filter
+	}
+	return &w.nat
+}
+
+func (w *ruleText) declareChains() {
+	for _, c := range ownedChains {
+		fmt.Fprintf(w.table(c.table), ":%s - [0:0]\n", c.chain)
+	}
+}
+
+// setJumps writes the rules that send what a non-empty set matches somewhere, after
+// letting the node's loopback traffic through.
+func (w *ruleText) setJumps() {
 	loopback := "127.0.0.0/8"
-	if in.family == v1.IPv6Protocol {
+	if w.in.family == v1.IPv6Protocol {
 		loopback = "::1/128"
 	}
-	fmt.Fprintf(&nat, "-A %s -s %s -j RETURN\n", chainServices, loopback)
-
+	fmt.Fprintf(&w.nat, "-A %s -s %s -j RETURN\n", chainServices, loopback)
 	for _, j := range setJumps {
-		if in.setEmpty(j.set) {
+		if w.in.setEmpty(j.set) {
 			continue
 		}
-		b := &nat
-		if j.table == utiliptables.TableFilter {
-			b = &filter
-		}
+		b := w.table(j.table)
 		fmt.Fprintf(b, "-A %s", j.from)
 		if j.protocol != "" {
 			fmt.Fprintf(b, " -p %s", j.protocol)
 		}
-		fmt.Fprintf(b, " -m comment --comment %s -m set --match-set %s %s -j %s\n", q(setComment(j.set)), name(j.set), j.matchType, j.to)
+		fmt.Fprintf(b, " -m comment --comment %s -m set --match-set %s %s -j %s\n", q(setComment(j.set)), w.name(j.set), j.matchType, j.to)
 	}
+}
 
-	if !in.setEmpty(rules.ClusterIP) {
-		prefix := fmt.Sprintf("-A %s -m comment --comment %s -m set --match-set %s", chainServices, q(setComment(rules.ClusterIP)), name(rules.ClusterIP))
-		switch {
-		case in.masqueradeAll:
-			fmt.Fprintf(&nat, "%s dst,dst -j %s\n", prefix, chainMarkMasq)
-		case len(in.localDetectorArgs) > 0:
-			// Off-cluster traffic to a service VIP is masqueraded: it may leave the node.
-			fmt.Fprintf(&nat, "%s dst,dst %s -j %s\n", prefix, joinArgs(in.localDetectorArgs), chainMarkMasq)
-		default:
-			// Node-originated traffic picks a VIP on kube-ipvs0 as its source; masquerade
-			// it so replies come back.
-			fmt.Fprintf(&nat, "%s src,dst -j %s\n", prefix, chainMarkMasq)
-		}
+// clusterIPMasquerade marks for masquerade the ClusterIP traffic that needs it.
+func (w *ruleText) clusterIPMasquerade() {
+	in := w.in
+	if in.setEmpty(rules.ClusterIP) {
+		return
 	}
+	prefix := fmt.Sprintf("-A %s -m comment --comment %s -m set --match-set %s", chainServices, q(setComment(rules.ClusterIP)), w.name(rules.ClusterIP))
+	switch {
+	case in.masqueradeAll:
+		fmt.Fprintf(&w.nat, "%s dst,dst -j %s\n", prefix, chainMarkMasq)
+	case len(in.localDetectorArgs) > 0:
+		// Off-cluster traffic to a service VIP is masqueraded: it may leave the node.
+		fmt.Fprintf(&w.nat, "%s dst,dst %s -j %s\n", prefix, joinArgs(in.localDetectorArgs), chainMarkMasq)
+	default:
+		// Node-originated traffic picks a VIP on kube-ipvs0 as its source; masquerade
+		// it so replies come back.
+		fmt.Fprintf(&w.nat, "%s src,dst -j %s\n", prefix, chainMarkMasq)
+	}
+}
 
-	externalRules := func(prefix string) {
+// externalIPs writes the rules of the external IP sets.
+func (w *ruleText) externalIPs() {
+	accept := func(prefix string) {
 		// Traffic from off the machine (not from a bridge, not from a local process)...
-		fmt.Fprintf(&nat, "%s -m physdev ! --physdev-is-in -m addrtype ! --src-type LOCAL -j ACCEPT\n", prefix)
+		fmt.Fprintf(&w.nat, "%s -m physdev ! --physdev-is-in -m addrtype ! --src-type LOCAL -j ACCEPT\n", prefix)
 		// ...and traffic to external IPs that are local addresses stays local.
-		fmt.Fprintf(&nat, "%s -m addrtype --dst-type LOCAL -j ACCEPT\n", prefix)
+		fmt.Fprintf(&w.nat, "%s -m addrtype --dst-type LOCAL -j ACCEPT\n", prefix)
 	}
-	if !in.setEmpty(rules.ExternalIP) {
-		prefix := fmt.Sprintf("-A %s -m comment --comment %s -m set --match-set %s dst,dst", chainServices, q(setComment(rules.ExternalIP)), name(rules.ExternalIP))
-		fmt.Fprintf(&nat, "%s -j %s\n", prefix, chainMarkMasq)
-		externalRules(prefix)
+	if !w.in.setEmpty(rules.ExternalIP) {
+		prefix := fmt.Sprintf("-A %s -m comment --comment %s -m set --match-set %s dst,dst", chainServices, q(setComment(rules.ExternalIP)), w.name(rules.ExternalIP))
+		fmt.Fprintf(&w.nat, "%s -j %s\n", prefix, chainMarkMasq)
+		accept(prefix)
 	}
-	if !in.setEmpty(rules.ExternalIPLocal) {
-		prefix := fmt.Sprintf("-A %s -m comment --comment %s -m set --match-set %s dst,dst", chainServices, q(setComment(rules.ExternalIPLocal)), name(rules.ExternalIPLocal))
-		externalRules(prefix)
+	if !w.in.setEmpty(rules.ExternalIPLocal) {
+		prefix := fmt.Sprintf("-A %s -m comment --comment %s -m set --match-set %s dst,dst", chainServices, q(setComment(rules.ExternalIPLocal)), w.name(rules.ExternalIPLocal))
+		accept(prefix)
 	}
+}
 
-	fmt.Fprintf(&nat, "-A %s -m addrtype --dst-type LOCAL -j %s\n", chainServices, chainNodePort)
-	fmt.Fprintf(&nat, "-A %s -j %s\n", chainLoadBalancer, chainMarkMasq)
-	fmt.Fprintf(&filter, "-A %s -j DROP\n", chainSourceRangesFW)
+// servicesTail ends the service chains: node ports, load balancers, the source
+// ranges' drop, the out filter, and the accept of what IPVS will handle.
+func (w *ruleText) servicesTail() {
+	fmt.Fprintf(&w.nat, "-A %s -m addrtype --dst-type LOCAL -j %s\n", chainServices, chainNodePort)
+	fmt.Fprintf(&w.nat, "-A %s -j %s\n", chainLoadBalancer, chainMarkMasq)
+	fmt.Fprintf(&w.filter, "-A %s -j DROP\n", chainSourceRangesFW)
 
-	out := slices.Clone(in.outFilterRules)
+	out := slices.Clone(w.in.outFilterRules)
 	slices.SortFunc(out, rules.CompareOutFilters)
 	for _, r := range out {
-		fmt.Fprintf(&filter, "-A %s %s\n", chainIPVSOutFilter, outFilterRuleText(r))
+		fmt.Fprintf(&w.filter, "-A %s %s\n", chainIPVSOutFilter, outFilterRuleText(r))
 	}
 
 	// Accept traffic to virtual servers at the end of KUBE-SERVICES, so that other rules
 	// cannot drop what IPVS will handle.
 	for _, s := range []rules.Set{rules.ClusterIP, rules.LoadBalancer} {
-		if !in.setEmpty(s) {
-			fmt.Fprintf(&nat, "-A %s -m set --match-set %s dst,dst -j ACCEPT\n", chainServices, name(s))
+		if !w.in.setEmpty(s) {
+			fmt.Fprintf(&w.nat, "-A %s -m set --match-set %s dst,dst -j ACCEPT\n", chainServices, w.name(s))
 		}
 	}
+}
 
-	mark := in.masqueradeMark
-	fmt.Fprintf(&filter, "-A %s -m comment --comment %s -m mark --mark %s/%s -j ACCEPT\n", chainForward, q(rules.ForwardRulesComment), mark, mark)
-	fmt.Fprintf(&filter, "-A %s -m comment --comment %s -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT\n", chainForward, q(rules.ForwardConntrackComment))
-	fmt.Fprintf(&filter, "-A %s -m comment --comment %s -m set --match-set %s dst -j ACCEPT\n", chainNodePort, q(setComment(rules.HealthCheckNodePort)), name(rules.HealthCheckNodePort))
+// filterRules writes the forward, health check and kube-ipvs0 filter rules.
+func (w *ruleText) filterRules() {
+	mark := w.in.masqueradeMark
+	fmt.Fprintf(&w.filter, "-A %s -m comment --comment %s -m mark --mark %s/%s -j ACCEPT\n", chainForward, q(rules.ForwardRulesComment), mark, mark)
+	fmt.Fprintf(&w.filter, "-A %s -m comment --comment %s -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT\n", chainForward, q(rules.ForwardConntrackComment))
+	fmt.Fprintf(&w.filter, "-A %s -m comment --comment %s -m set --match-set %s dst -j ACCEPT\n", chainNodePort, q(setComment(rules.HealthCheckNodePort)), w.name(rules.HealthCheckNodePort))
 
 	// kubernetes#72236: service addresses on kube-ipvs0 must not expose the node's own
 	// ports; only the service ports are reachable through them.
 	for _, s := range []rules.Set{rules.LoadBalancer, rules.ClusterIP, rules.ExternalIP, rules.ExternalIPLocal} {
-		fmt.Fprintf(&filter, "-A %s -m set --match-set %s dst,dst -j RETURN\n", chainIPVSFilter, name(s))
+		fmt.Fprintf(&w.filter, "-A %s -m set --match-set %s dst,dst -j RETURN\n", chainIPVSFilter, w.name(s))
 	}
-	fmt.Fprintf(&filter, "-A %s -m set --match-set %s dst -j RETURN\n", chainIPVSFilter, name(rules.HealthCheckNodePort))
-	fmt.Fprintf(&filter, "-A %s -m conntrack --ctstate NEW -m set --match-set %s dst -j REJECT\n", chainIPVSFilter, name(rules.IPVSIPs))
+	fmt.Fprintf(&w.filter, "-A %s -m set --match-set %s dst -j RETURN\n", chainIPVSFilter, w.name(rules.HealthCheckNodePort))
+	fmt.Fprintf(&w.filter, "-A %s -m conntrack --ctstate NEW -m set --match-set %s dst -j REJECT\n", chainIPVSFilter, w.name(rules.IPVSIPs))
+}
 
-	fmt.Fprintf(&nat, "-A %s -m mark ! --mark %s/%s -j RETURN\n", chainPostrouting, mark, mark)
+// postrouting masquerades what was marked, once.
+func (w *ruleText) postrouting() {
+	mark := w.in.masqueradeMark
+	fmt.Fprintf(&w.nat, "-A %s -m mark ! --mark %s/%s -j RETURN\n", chainPostrouting, mark, mark)
 	// Clear the mark so a packet that traverses the stack again is not masqueraded twice.
-	fmt.Fprintf(&nat, "-A %s -j MARK --xor-mark %s\n", chainPostrouting, mark)
+	fmt.Fprintf(&w.nat, "-A %s -j MARK --xor-mark %s\n", chainPostrouting, mark)
 	// Every supported iptables has --random-fully (1.6.2+); upstream adds it when present.
-	fmt.Fprintf(&nat, "-A %s -m comment --comment %s -j MASQUERADE --random-fully\n", chainPostrouting, q(rules.MasqueradeComment))
-	fmt.Fprintf(&nat, "-A %s -j MARK --or-mark %s\n", chainMarkMasq, mark)
-
-	nat.WriteString("COMMIT\n")
-	filter.WriteString("COMMIT\n")
-	nat.Write(filter.Bytes())
-	return nat.Bytes()
+	fmt.Fprintf(&w.nat, "-A %s -m comment --comment %s -j MASQUERADE --random-fully\n", chainPostrouting, q(rules.MasqueradeComment))
+	fmt.Fprintf(&w.nat, "-A %s -j MARK --or-mark %s\n", chainMarkMasq, mark)
 }
 
 func joinArgs(args []string) string {

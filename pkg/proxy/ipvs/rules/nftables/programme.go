@@ -198,9 +198,9 @@ type programmeInput struct {
 
 func buildNFTProgramme(in *programmeInput) (*nftProgramme, error) {
 	f := newNFTFamily(in.cfg.Family)
-	p := &nftProgramme{rules: map[string][]nft.Rule{}}
+	w := &programmeWriter{f: f, p: &nftProgramme{rules: map[string][]nft.Rule{}}}
 	for _, s := range nftSetTable {
-		p.sets = append(p.sets, f.set(s))
+		w.p.sets = append(w.p.sets, f.set(s))
 	}
 	mark64, err := strconv.ParseUint(in.cfg.MasqueradeMark, 0, 32)
 	if err != nil {
@@ -211,116 +211,146 @@ func buildNFTProgramme(in *programmeInput) (*nftProgramme, error) {
 	if err != nil {
 		return nil, err
 	}
-
-	n := f.name
-	guard := nft.NFProto{IPv6: f.ipv6}
-	// Every base chain begins with the gate (nftalive.go): while the daemon does not
-	// run, the family's alive set is empty and nothing after the gate applies.
-	p.sets = append(p.sets, nft.Set{Name: n(nftAliveSet), Key: []nft.KeyType{nft.KeyNFProto}, Timeout: true, Comment: nftAliveComment})
-	base := func(name string, t nft.ChainType, h nft.Hook, prio int, first []nft.Rule, targets ...string) {
-		p.chains = append(p.chains, nft.Chain{Name: n(name), Type: t, Hook: h, Priority: prio})
-		p.rules[n(name)] = append([]nft.Rule{f.nftGate()}, first...)
-		for _, to := range targets {
-			p.rules[n(name)] = append(p.rules[n(name)], nft.Rule{Stmts: []nft.Stmt{guard, nft.JumpTo(n(to))}})
-		}
-	}
-	// The built-in chains the iptables programme hooks into, at iptables' priorities.
-	base("nat-prerouting", nft.ChainTypeNAT, nft.HookPrerouting, -100, nil, "services")
-	base("nat-output", nft.ChainTypeNAT, nft.HookOutput, -100, nil, "services")
-	base("nat-postrouting", nft.ChainTypeNAT, nft.HookPostrouting, 100, nil, "postrouting")
-	base("filter-forward", nft.ChainTypeFilter, nft.HookForward, 0, nil, "forward", "proxy-firewall")
-	base("filter-input", nft.ChainTypeFilter, nft.HookInput, 0, nil, "node-port-filter", "proxy-firewall", "ipvs-filter")
-	// While schedulers change, the port unreachables IPVS sends from those
-	// addresses are dropped (quiet.go): first on output, after the gate.
-	p.sets = append(p.sets, nft.Set{Name: n(nftQuietSet), Key: []nft.KeyType{f.addr}, Comment: "service addresses whose scheduler changes"})
-	quiet := nft.Rule{Stmts: []nft.Stmt{nft.InSet{Fields: []nft.Field{f.saddr}, Set: n(nftQuietSet)},
-		nft.PortUnreachable{IPv6: f.ipv6}, nft.DropVerdict}, Comment: rules.QuietComment}
-	base("filter-output", nft.ChainTypeFilter, nft.HookOutput, 0, []nft.Rule{quiet}, "ipvs-out-filter")
-	for _, c := range []string{"services", "postrouting", "node-port", "load-balancer", "mark-masq",
-		"forward", "node-port-filter", "proxy-firewall", "source-ranges-firewall", "ipvs-filter", "ipvs-out-filter"} {
-		p.chains = append(p.chains, nft.Chain{Name: n(c)})
-	}
-	add := func(chain, comment string, stmts ...nft.Stmt) {
-		p.rules[n(chain)] = append(p.rules[n(chain)], nft.Rule{Stmts: stmts, Comment: comment})
-	}
-	dst := func(set string) nft.InSet {
-		return nft.InSet{Fields: []nft.Field{f.daddr, nft.L4Proto, nft.THDport}, Set: n(set)}
-	}
-	dstSrc := func(set string) nft.InSet {
-		return nft.InSet{Fields: []nft.Field{f.daddr, nft.L4Proto, nft.THDport, f.saddr}, Set: n(set)}
-	}
-	port := func(set string) nft.InSet {
-		return nft.InSet{Fields: []nft.Field{nft.L4Proto, nft.THDport}, Set: n(set)}
-	}
-	jump := func(c string) nft.Stmt { return nft.JumpTo(n(c)) }
-	loopback := netip.MustParsePrefix("127.0.0.0/8")
-	if f.ipv6 {
-		loopback = netip.MustParsePrefix("::1/128")
-	}
-
-	// services (nat): what KUBE-SERVICES does.
-	add("services", "", nft.AddrIn{Field: f.saddr, Prefix: loopback}, nft.ReturnVerdict)
-	add("services", "", dst("load-balancer"), jump("load-balancer"))
-	switch {
-	case in.cfg.MasqueradeAll:
-		add("services", "", dst("cluster-ip"), jump("mark-masq"))
-	case len(detector) > 0:
-		// Off-cluster traffic to a service VIP is masqueraded: it may leave the node.
-		add("services", "", append(append([]nft.Stmt{}, detector...), dst("cluster-ip"), jump("mark-masq"))...)
-	default:
-		// Node-originated traffic picks a VIP on kube-ipvs0 as its source.
-		add("services", "", nft.InSet{Fields: []nft.Field{f.saddr, nft.L4Proto, nft.THDport}, Set: n("cluster-ip")}, jump("mark-masq"))
-	}
-	add("services", "", dst("external-ip"), jump("mark-masq"))
-	for _, s := range []string{"external-ip", "external-ip-local"} {
-		// Traffic from off the machine (not through a bridge, not from the node)...
-		add("services", "", dst(s), nft.IifKind{Kind: "bridge", Negate: true}, nft.FibLocal{Source: true, Negate: true}, nft.AcceptVerdict)
-		// ...and traffic to external IPs that are local addresses stays local.
-		add("services", "", dst(s), nft.FibLocal{}, nft.AcceptVerdict)
-	}
-	add("services", "", nft.FibLocal{}, jump("node-port"))
-	add("services", "", dst("cluster-ip"), nft.AcceptVerdict)
-	add("services", "", dst("load-balancer"), nft.AcceptVerdict)
-
-	add("load-balancer", "", dst("load-balancer-local"), nft.ReturnVerdict)
-	add("load-balancer", "", jump("mark-masq"))
-
-	add("node-port", "", port("node-port-local"), nft.ReturnVerdict)
-	add("node-port", "", port("node-port"), jump("mark-masq"))
-	add("node-port", "", dst("node-port-local-sctp"), nft.ReturnVerdict)
-	add("node-port", "", dst("node-port-sctp"), jump("mark-masq"))
-
-	add("mark-masq", "", nft.MarkSet{Bits: mark})
-
-	add("postrouting", "", dstSrc("loop-back"), nft.Masquerade{})
-	add("postrouting", "", nft.MarkHas{Mask: mark, Negate: true}, nft.ReturnVerdict)
-	// Clear the mark so a packet that traverses the stack again is not masqueraded twice.
-	add("postrouting", "", nft.MarkSet{Bits: mark, Xor: true})
-	add("postrouting", rules.MasqueradeComment, nft.Masquerade{FullyRandom: true})
-
-	// filter
-	add("forward", rules.ForwardRulesComment, nft.MarkHas{Mask: mark}, nft.AcceptVerdict)
-	add("forward", rules.ForwardConntrackComment, nft.CTState{States: []string{"related", "established"}}, nft.AcceptVerdict)
-	add("node-port-filter", "", port("health-check-node-port"), nft.AcceptVerdict)
-	add("proxy-firewall", "", dst("load-balancer-fw"), jump("source-ranges-firewall"))
-	add("source-ranges-firewall", "", dstSrc("load-balancer-source"), nft.ReturnVerdict)
-	add("source-ranges-firewall", "", nft.DropVerdict)
-	// kubernetes#72236: service addresses on kube-ipvs0 must not expose the node's
-	// own ports; only the service ports are reachable through them.
-	for _, s := range []string{"load-balancer", "cluster-ip", "external-ip", "external-ip-local"} {
-		add("ipvs-filter", "", dst(s), nft.ReturnVerdict)
-	}
-	add("ipvs-filter", "", port("health-check-node-port"), nft.ReturnVerdict)
-	add("ipvs-filter", "", nft.CTState{States: []string{"new"}}, nft.InSet{Fields: []nft.Field{f.daddr}, Set: n("ipvs-ips")}, nft.Reject{})
-
+	w.baseChains()
+	w.servicesRules(in.cfg.MasqueradeAll, detector)
+	w.natRules(mark)
+	w.filterRules(mark)
 	for _, r := range in.out {
 		rule, err := nftOutFilterRule(f, r)
 		if err != nil {
 			return nil, err
 		}
-		p.rules[n("ipvs-out-filter")] = append(p.rules[n("ipvs-out-filter")], rule)
+		w.p.rules[w.f.name("ipvs-out-filter")] = append(w.p.rules[w.f.name("ipvs-out-filter")], rule)
 	}
-	return p, nil
+	return w.p, nil
+}
+
+// programmeWriter adds one family's chains and rules to a programme.
+type programmeWriter struct {
+	f nftFamily
+	p *nftProgramme
+}
+
+// base adds a base chain: the gate first (alive.go: while the daemon does not run,
+// the family's alive set is empty and nothing after the gate applies), then first,
+// then a jump to each of targets.
+func (w *programmeWriter) base(name string, t nft.ChainType, h nft.Hook, prio int, first []nft.Rule, targets ...string) {
+	n := w.f.name
+	guard := nft.NFProto{IPv6: w.f.ipv6}
+	w.p.chains = append(w.p.chains, nft.Chain{Name: n(name), Type: t, Hook: h, Priority: prio})
+	w.p.rules[n(name)] = append([]nft.Rule{w.f.nftGate()}, first...)
+	for _, to := range targets {
+		w.p.rules[n(name)] = append(w.p.rules[n(name)], nft.Rule{Stmts: []nft.Stmt{guard, nft.JumpTo(n(to))}})
+	}
+}
+
+func (w *programmeWriter) add(chain, comment string, stmts ...nft.Stmt) {
+	w.p.rules[w.f.name(chain)] = append(w.p.rules[w.f.name(chain)], nft.Rule{Stmts: stmts, Comment: comment})
+}
+
+// dst matches a packet's destination address, protocol and port in set.
+func (w *programmeWriter) dst(set string) nft.InSet {
+	return nft.InSet{Fields: []nft.Field{w.f.daddr, nft.L4Proto, nft.THDport}, Set: w.f.name(set)}
+}
+
+// dstSrc matches those and the source address in set.
+func (w *programmeWriter) dstSrc(set string) nft.InSet {
+	return nft.InSet{Fields: []nft.Field{w.f.daddr, nft.L4Proto, nft.THDport, w.f.saddr}, Set: w.f.name(set)}
+}
+
+// port matches the protocol and destination port in set.
+func (w *programmeWriter) port(set string) nft.InSet {
+	return nft.InSet{Fields: []nft.Field{nft.L4Proto, nft.THDport}, Set: w.f.name(set)}
+}
+
+func (w *programmeWriter) jump(c string) nft.Stmt { return nft.JumpTo(w.f.name(c)) }
+
+// baseChains adds the alive and quiet sets, the base chains the iptables programme
+// hooks into (at iptables' priorities) and the regular chains.
+func (w *programmeWriter) baseChains() {
+	f, n := w.f, w.f.name
+	w.p.sets = append(w.p.sets, nft.Set{Name: n(nftAliveSet), Key: []nft.KeyType{nft.KeyNFProto}, Timeout: true, Comment: nftAliveComment})
+	w.base("nat-prerouting", nft.ChainTypeNAT, nft.HookPrerouting, -100, nil, "services")
+	w.base("nat-output", nft.ChainTypeNAT, nft.HookOutput, -100, nil, "services")
+	w.base("nat-postrouting", nft.ChainTypeNAT, nft.HookPostrouting, 100, nil, "postrouting")
+	w.base("filter-forward", nft.ChainTypeFilter, nft.HookForward, 0, nil, "forward", "proxy-firewall")
+	w.base("filter-input", nft.ChainTypeFilter, nft.HookInput, 0, nil, "node-port-filter", "proxy-firewall", "ipvs-filter")
+	// While schedulers change, the port unreachables IPVS sends from those
+	// addresses are dropped: first on output, after the gate.
+	w.p.sets = append(w.p.sets, nft.Set{Name: n(nftQuietSet), Key: []nft.KeyType{f.addr}, Comment: "service addresses whose scheduler changes"})
+	quiet := nft.Rule{Stmts: []nft.Stmt{nft.InSet{Fields: []nft.Field{f.saddr}, Set: n(nftQuietSet)},
+		nft.PortUnreachable{IPv6: f.ipv6}, nft.DropVerdict}, Comment: rules.QuietComment}
+	w.base("filter-output", nft.ChainTypeFilter, nft.HookOutput, 0, []nft.Rule{quiet}, "ipvs-out-filter")
+	for _, c := range []string{"services", "postrouting", "node-port", "load-balancer", "mark-masq",
+		"forward", "node-port-filter", "proxy-firewall", "source-ranges-firewall", "ipvs-filter", "ipvs-out-filter"} {
+		w.p.chains = append(w.p.chains, nft.Chain{Name: n(c)})
+	}
+}
+
+// servicesRules is what KUBE-SERVICES does (nat).
+func (w *programmeWriter) servicesRules(masqueradeAll bool, detector []nft.Stmt) {
+	loopback := netip.MustParsePrefix("127.0.0.0/8")
+	if w.f.ipv6 {
+		loopback = netip.MustParsePrefix("::1/128")
+	}
+	w.add("services", "", nft.AddrIn{Field: w.f.saddr, Prefix: loopback}, nft.ReturnVerdict)
+	w.add("services", "", w.dst("load-balancer"), w.jump("load-balancer"))
+	switch {
+	case masqueradeAll:
+		w.add("services", "", w.dst("cluster-ip"), w.jump("mark-masq"))
+	case len(detector) > 0:
+		// Off-cluster traffic to a service VIP is masqueraded: it may leave the node.
+		w.add("services", "", append(append([]nft.Stmt{}, detector...), w.dst("cluster-ip"), w.jump("mark-masq"))...)
+	default:
+		// Node-originated traffic picks a VIP on kube-ipvs0 as its source.
+		w.add("services", "", nft.InSet{Fields: []nft.Field{w.f.saddr, nft.L4Proto, nft.THDport}, Set: w.f.name("cluster-ip")}, w.jump("mark-masq"))
+	}
+	w.add("services", "", w.dst("external-ip"), w.jump("mark-masq"))
+	for _, s := range []string{"external-ip", "external-ip-local"} {
+		// Traffic from off the machine (not through a bridge, not from the node)...
+		w.add("services", "", w.dst(s), nft.IifKind{Kind: "bridge", Negate: true}, nft.FibLocal{Source: true, Negate: true}, nft.AcceptVerdict)
+		// ...and traffic to external IPs that are local addresses stays local.
+		w.add("services", "", w.dst(s), nft.FibLocal{}, nft.AcceptVerdict)
+	}
+	w.add("services", "", nft.FibLocal{}, w.jump("node-port"))
+	w.add("services", "", w.dst("cluster-ip"), nft.AcceptVerdict)
+	w.add("services", "", w.dst("load-balancer"), nft.AcceptVerdict)
+}
+
+// natRules are the load-balancer, node-port, mark and postrouting chains.
+func (w *programmeWriter) natRules(mark uint32) {
+	w.add("load-balancer", "", w.dst("load-balancer-local"), nft.ReturnVerdict)
+	w.add("load-balancer", "", w.jump("mark-masq"))
+
+	w.add("node-port", "", w.port("node-port-local"), nft.ReturnVerdict)
+	w.add("node-port", "", w.port("node-port"), w.jump("mark-masq"))
+	w.add("node-port", "", w.dst("node-port-local-sctp"), nft.ReturnVerdict)
+	w.add("node-port", "", w.dst("node-port-sctp"), w.jump("mark-masq"))
+
+	w.add("mark-masq", "", nft.MarkSet{Bits: mark})
+
+	w.add("postrouting", "", w.dstSrc("loop-back"), nft.Masquerade{})
+	w.add("postrouting", "", nft.MarkHas{Mask: mark, Negate: true}, nft.ReturnVerdict)
+	// Clear the mark so a packet that traverses the stack again is not masqueraded twice.
+	w.add("postrouting", "", nft.MarkSet{Bits: mark, Xor: true})
+	w.add("postrouting", rules.MasqueradeComment, nft.Masquerade{FullyRandom: true})
+}
+
+// filterRules are the forward, health check, firewall and kube-ipvs0 filter chains.
+func (w *programmeWriter) filterRules(mark uint32) {
+	w.add("forward", rules.ForwardRulesComment, nft.MarkHas{Mask: mark}, nft.AcceptVerdict)
+	w.add("forward", rules.ForwardConntrackComment, nft.CTState{States: []string{"related", "established"}}, nft.AcceptVerdict)
+	w.add("node-port-filter", "", w.port("health-check-node-port"), nft.AcceptVerdict)
+	w.add("proxy-firewall", "", w.dst("load-balancer-fw"), w.jump("source-ranges-firewall"))
+	w.add("source-ranges-firewall", "", w.dstSrc("load-balancer-source"), nft.ReturnVerdict)
+	w.add("source-ranges-firewall", "", nft.DropVerdict)
+	// kubernetes#72236: service addresses on kube-ipvs0 must not expose the node's
+	// own ports; only the service ports are reachable through them.
+	for _, s := range []string{"load-balancer", "cluster-ip", "external-ip", "external-ip-local"} {
+		w.add("ipvs-filter", "", w.dst(s), nft.ReturnVerdict)
+	}
+	w.add("ipvs-filter", "", w.port("health-check-node-port"), nft.ReturnVerdict)
+	w.add("ipvs-filter", "", nft.CTState{States: []string{"new"}}, nft.InSet{Fields: []nft.Field{w.f.daddr}, Set: w.f.name("ipvs-ips")}, nft.Reject{})
 }
 
 // nftLocalDetector turns the local-traffic detector's iptables arguments ("! -s
