@@ -39,20 +39,7 @@ type exception struct {
 // exceptions are the functions over the bound that are being split elsewhere.
 // Remove an entry when its function is split: an entry that matches no function over
 // the bound fails the check, so the list only shrinks.
-var exceptions = []exception{
-	// pkg/proxy/ipvs is being redesigned (issue 30, branch redesign): the sync is split
-	// by what it remembers and each rules backend moves to a package of its own, which
-	// removes these. Lengths as of main at efdf79f.
-	{"pkg/proxy/ipvs", "buildServicePort", 202},
-	{"pkg/proxy/ipvs", "Proxier.sync", 184},
-	{"pkg/proxy/ipvs", "buildNFTProgramme", 126},
-	{"pkg/proxy/ipvs", "Proxier.executeVirtualServer", 120},
-	{"pkg/proxy/ipvs", "Proxier.syncProxyRules", 111},
-	{"pkg/proxy/ipvs", "nftBackend.applySets", 109},
-	{"pkg/proxy/ipvs", "buildIPTablesRules", 108},
-	// Committed (fa45101) while this check was being written; its author splits it.
-	{"test/conformance/images/ocibuild", "writeArchive", 133},
-}
+var exceptions = []exception{}
 
 // funcLength is one function declaration and its length in lines.
 type funcLength struct {

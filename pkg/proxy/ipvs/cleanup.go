@@ -255,15 +255,6 @@ func entryServiceKey(e string) (string, bool) {
 	return pp[0] + "/" + net.JoinHostPort(parts[0], pp[1]), true
 }
 
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
-}
-
 func inCIDRs(ip net.IP, cidrs []*net.IPNet) bool {
 	for _, c := range cidrs {
 		if c.Contains(ip) {

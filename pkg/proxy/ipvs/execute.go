@@ -13,11 +13,6 @@ import (
 	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/netlink"
 )
 
-// maxIsolatedSetFailures bounds how many refused lines one ipset batch may set aside
-// before the batch counts as failed as a whole (then something systemic is wrong, not
-// one object).
-const maxIsolatedSetFailures = 256
-
 // failure is one write the kernel refused. Its key is retried with backoff; its owners
 // are the Services reported as held back.
 type failure struct {

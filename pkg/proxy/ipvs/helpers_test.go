@@ -11,7 +11,6 @@ import (
 	"bytes"
 	"context"
 	"net"
-	"net/netip"
 	"strings"
 	"testing"
 	"time"
@@ -34,7 +33,6 @@ import (
 	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/ipvs"
 	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/netlink"
 	nft "github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/nftables"
-	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/nftables"
 	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/sysctl"
 )
 
@@ -48,7 +46,7 @@ type testEnv struct {
 	nl    *netlink.Fake
 	sc    *sysctl.Fake
 	ct    *conntrack.Fake
-	nft   *nftables.Fake
+	nft   *nft.Fake
 	hc    *healthcheck.FakeServiceHealthServer
 	clock *testingclock.FakeClock
 	p     *Proxier
@@ -65,7 +63,7 @@ func newTestEnv(t *testing.T, family v1.IPFamily, mods ...func(*Options)) *testE
 		nl:    netlink.NewFake(),
 		sc:    sysctl.NewFake(nil),
 		ct:    conntrack.NewFake(),
-		nft:   nftables.NewFake(),
+		nft:   nft.NewFake(),
 		hc:    healthcheck.NewFakeServiceHealthServer(),
 		clock: testingclock.NewFakeClock(time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)),
 	}
@@ -397,12 +395,6 @@ func member(set rules.Set, text string) rules.Member {
 		panic(err)
 	}
 	return m
-}
-
-// outFilter is the out-filter rule that drops addr's own access to its virtual server.
-func outFilter(addr string, proto uint8, port uint16) rules.OutFilter {
-	a := rules.Addr16(netip.MustParseAddr(addr))
-	return rules.OutFilter{Source: a, VAddr: a, Proto: proto, Port: port}
 }
 
 // nftRuleset is the nftables backend's table, when the proxier runs that backend.

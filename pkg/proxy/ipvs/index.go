@@ -227,8 +227,7 @@ func (ix *desiredIndex) hasEntry(e rules.Member) bool {
 	}
 	return ix.setRefs[e] > 0
 }
-func (ix *desiredIndex) hasAddr(a string) bool       { return ix.bindRefs[a] > 0 }
-func (ix *desiredIndex) setEmpty(set rules.Set) bool { return ix.setDigests[set].n == 0 }
+func (ix *desiredIndex) hasAddr(a string) bool { return ix.bindRefs[a] > 0 }
 
 // The desired index is what the rules backends read of the desired state
 // (rules.Desired).

@@ -110,10 +110,6 @@ var kernelOps = [numKernelOps]struct{ subsystem, operation string }{
 	opNFTablesList:        {metrics.SubsystemNFTables, "list"},
 }
 
-func observeIPTablesFailure(family v1.IPFamily) {
-	metrics.IPTablesRestoreFailuresTotal.WithLabelValues(string(family)).Inc()
-}
-
 func observeEndpointLatency(family v1.IPFamily, times map[types.NamespacedName][]time.Time) {
 	for _, ts := range times {
 		for _, t := range ts {

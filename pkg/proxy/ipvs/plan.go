@@ -41,9 +41,6 @@ type syncPlan struct {
 	unbinds []string
 }
 
-// setChange adds or deletes one set member.
-type setChange = rules.Change
-
 type vsAction uint8
 
 const (

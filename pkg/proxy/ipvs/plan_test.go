@@ -45,7 +45,7 @@ func TestPlanIsData(t *testing.T) {
 		vs:      map[vsKey]*appliedVS{key: {vs: &oldVS, rs: []desiredRS{rs("10.244.2.1", 80, 0), rs("10.244.2.2", 80, 1), rs("10.244.2.9", 80, 1)}}},
 		entries: sets.New(member(rules.ClusterIP, "10.96.0.99,tcp:80")),
 		addrs:   sets.New("10.96.0.99"),
-		}
+	}
 	tch.entries.Insert(member(rules.ClusterIP, "10.96.0.99,tcp:80"))
 	tch.addrs.Insert("10.96.0.99")
 	draining := map[drainKey]bool{{key, rs("10.244.2.9", 80, 1).key}: true}

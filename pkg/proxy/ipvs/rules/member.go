@@ -345,4 +345,3 @@ func ParseEntry(set Set, text string) (Member, error) {
 	}
 	return SourceMember(set, a.Unmap(), proto, uint16(port), src), nil
 }
-

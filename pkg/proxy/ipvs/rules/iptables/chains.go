@@ -13,16 +13,16 @@ import (
 
 // Chains upstream's ipvs mode owns.
 const (
-	chainServices           utiliptables.Chain = "KUBE-SERVICES"
-	chainPostrouting        utiliptables.Chain = "KUBE-POSTROUTING"
-	chainNodePort           utiliptables.Chain = "KUBE-NODE-PORT"
-	chainLoadBalancer       utiliptables.Chain = "KUBE-LOAD-BALANCER"
-	chainMarkMasq           utiliptables.Chain = "KUBE-MARK-MASQ"
-	chainForward            utiliptables.Chain = "KUBE-FORWARD"
-	chainProxyFirewall      utiliptables.Chain = "KUBE-PROXY-FIREWALL"
-	chainSourceRangesFW     utiliptables.Chain = "KUBE-SOURCE-RANGES-FIREWALL"
-	chainIPVSFilter         utiliptables.Chain = "KUBE-IPVS-FILTER"
-	chainIPVSOutFilter      utiliptables.Chain = "KUBE-IPVS-OUT-FILTER"
+	chainServices       utiliptables.Chain = "KUBE-SERVICES"
+	chainPostrouting    utiliptables.Chain = "KUBE-POSTROUTING"
+	chainNodePort       utiliptables.Chain = "KUBE-NODE-PORT"
+	chainLoadBalancer   utiliptables.Chain = "KUBE-LOAD-BALANCER"
+	chainMarkMasq       utiliptables.Chain = "KUBE-MARK-MASQ"
+	chainForward        utiliptables.Chain = "KUBE-FORWARD"
+	chainProxyFirewall  utiliptables.Chain = "KUBE-PROXY-FIREWALL"
+	chainSourceRangesFW utiliptables.Chain = "KUBE-SOURCE-RANGES-FIREWALL"
+	chainIPVSFilter     utiliptables.Chain = "KUBE-IPVS-FILTER"
+	chainIPVSOutFilter  utiliptables.Chain = "KUBE-IPVS-OUT-FILTER"
 )
 
 // ownedChains are declared (and so flushed and rewritten) by every iptables-restore.

@@ -76,4 +76,3 @@ func TestIntegrationQuietRules(t *testing.T) {
 		}
 	})
 }
-

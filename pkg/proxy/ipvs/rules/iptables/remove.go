@@ -174,7 +174,9 @@ func JumpTarget(fields []string) string { return jumpTarget(fields) }
 
 // IsIPTablesModeServiceChain matches the per-Service and per-endpoint chains of
 // upstream's iptables mode.
-func IsIPTablesModeServiceChain(chain string) bool { return iptablesModeServiceChain.MatchString(chain) }
+func IsIPTablesModeServiceChain(chain string) bool {
+	return iptablesModeServiceChain.MatchString(chain)
+}
 
 // ChainProxyFirewall is the firewall chain upstream's iptables and ipvs modes share.
 const ChainProxyFirewall = chainProxyFirewall
@@ -196,7 +198,9 @@ func SetOfName(name string) (rules.Set, bool) {
 func IPSetEntry(m rules.Member) string { return ipsetEntry(m) }
 
 // ParseIPSetEntry reads a member of set from the text ipset prints for it.
-func ParseIPSetEntry(set rules.Set, text string) (rules.Member, error) { return parseIPSetEntry(set, text) }
+func ParseIPSetEntry(set rules.Set, text string) (rules.Member, error) {
+	return parseIPSetEntry(set, text)
+}
 
 // SetSpecs are the create specs of every set of family.
 func SetSpecs(family v1.IPFamily) []*ipset.Set { return setSpecs(family) }

@@ -539,7 +539,6 @@ func (b *nftBackend) sourceRangeChanges(d rules.Desired, full bool, ports map[ru
 	return nftElementChanges(have, want), badPorts
 }
 
-
 // writeRules writes the out-filter chain: flushed and refilled in one
 // transaction. A rule the kernel refuses is found by bisection and held back
 // alone, as executeIPTables does; when even the empty chain cannot be written the
