@@ -113,6 +113,10 @@ func (p *Proxier) takeRulesOutcome(o *rules.Outcome, out *outcome) {
 	if o.NeedFull {
 		p.needFull = true
 	}
+	for _, d := range o.Later {
+		pl := &syncPlan{steps: []step{d.Step}}
+		p.afterFunc(d.After, func() { p.runBeside(p.ctx, pl, &SyncStats{}) })
+	}
 	a := p.applied
 	if a == nil {
 		return

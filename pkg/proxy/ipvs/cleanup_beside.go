@@ -42,14 +42,15 @@ func (p *Proxier) afterFullSync(stats *SyncStats) {
 	if !modes && !other {
 		return
 	}
+	rm := &removeStep{leftovers: modes, otherBackends: other}
+	pl := &syncPlan{steps: []step{rm}}
+	if p.logger.V(4).Enabled() {
+		p.logger.V(4).Info("Removal plan", "beside", p.removalsBesideLoop(), "plan", pl.String())
+	}
 	if !p.removalsBesideLoop() {
-		if modes {
-			p.otherModesRemoved = p.removeOtherModesLeftovers(p.ctx, stats)
-			stats.phase(p.clock.Now(), "leftovers")
-		}
-		if other {
-			p.otherBackendRemoved = p.removeOtherBackends(p.ctx, stats)
-		}
+		_, _ = p.run(p.ctx, pl, stats, nil)
+		p.otherModesRemoved = p.otherModesRemoved || rm.leftoversOK
+		p.otherBackendRemoved = p.otherBackendRemoved || rm.otherOK
 		return
 	}
 	r := &besideRun{done: make(chan struct{}), modes: modes, other: other}
@@ -58,13 +59,19 @@ func (p *Proxier) afterFullSync(stats *SyncStats) {
 		defer close(r.done)
 		start := time.Now()
 		defer func() { r.took = time.Since(start) }()
-		if r.modes {
-			r.modesOK = p.removeOtherModesLeftovers(ctx, &r.stats)
-		}
-		if r.other {
-			r.otherOK = p.removeOtherBackends(ctx, &r.stats)
-		}
+		p.runBeside(ctx, pl, &r.stats)
+		r.modesOK, r.otherOK = rm.leftoversOK, rm.otherOK
 	}(p.ctx)
+}
+
+// remove carries out a removal step.
+func (p *Proxier) remove(ctx context.Context, s *removeStep, stats *SyncStats) {
+	if s.leftovers {
+		s.leftoversOK = p.removeOtherModesLeftovers(ctx, stats)
+	}
+	if s.otherBackends {
+		s.otherOK = p.removeOtherBackends(ctx, stats)
+	}
 }
 
 // takeBeside takes the outcome of a run beside the loop that ended, and reports

@@ -11,7 +11,6 @@ import (
 // deadline has passed: one destination dump per virtual server with draining entries.
 // A failure is logged and the real server is looked at again at the next check.
 func (p *Proxier) processDraining(ctx context.Context, stats *SyncStats) {
-	defer func() { observeDraining(p.opts.IPFamily, len(p.draining)) }()
 	if len(p.draining) == 0 {
 		return
 	}

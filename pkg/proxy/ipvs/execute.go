@@ -5,8 +5,10 @@ import (
 	"fmt"
 	"net"
 	"slices"
+	"time"
 
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/clock"
 
 	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/proxy/ipvs/rules"
 	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/ipvs"
@@ -35,25 +37,113 @@ type outcome struct {
 
 func (o *outcome) fail(f failure) { o.failures = append(o.failures, f) }
 
-// execute carries out a plan. p.applied changes only for writes that succeeded. A write
-// the kernel refuses is recorded in the outcome and the rest goes on; the returned error
-// is for failures no single object explains (a tool that does not run, a base rule the
-// kernel refuses), after which the caller forgets p.applied.
-func (p *Proxier) execute(ctx context.Context, pl *syncPlan, outRules []rules.OutFilter, stats *SyncStats, ct *[]conntrackTarget) (*outcome, error) {
+// run carries out a plan: the only code that writes to the kernel. p.applied
+// changes only for writes that succeeded. A write the kernel refuses is recorded in
+// the outcome and the rest goes on; the returned error is for failures no single
+// object explains (a tool that does not run, a base rule the kernel refuses), after
+// which the caller forgets p.applied. ct collects the UDP and SCTP virtual servers
+// whose real servers changed (nil: not wanted).
+func (p *Proxier) run(ctx context.Context, pl *syncPlan, stats *SyncStats, ct *[]conntrackTarget) (*outcome, error) {
 	out := &outcome{}
-	a := p.applied
-
-	// 1. set members: one transaction (refused members set aside, the rest re-sent).
-	if len(pl.sets) > 0 || pl.full {
-		if err := p.applyRules(ctx, rules.Members{Changes: pl.sets, Full: pl.full}, stats, out); err != nil {
+	for _, s := range pl.steps {
+		if err := p.runStep(ctx, s, stats, ct, out); err != nil {
 			return out, err
 		}
+		if name := stepPhase(s); name != "" {
+			stats.phase(p.clock.Now(), name)
+		}
 	}
+	return out, nil
+}
 
-	stats.phase(p.clock.Now(), "sets")
+// runBeside carries out a plan beside the sync loop. Its steps touch nothing the
+// loop writes or reads: a rules backend's Repair (which the backend orders with the
+// loop's own writes) and the removals of other backends' and modes' leftovers.
+func (p *Proxier) runBeside(ctx context.Context, pl *syncPlan, stats *SyncStats) rules.Outcome {
+	var o rules.Outcome
+	for _, s := range pl.steps {
+		switch s := s.(type) {
+		case rules.Repair, rules.EndQuiet:
+			if err := p.rules.Apply(ctx, nil, s.(rules.Step), stats, &o); err != nil {
+				p.logger.Error(err, "Failed to repair the rules beside the sync loop; the next full sync writes them")
+			}
+		case *removeStep:
+			p.remove(ctx, s, stats)
+		default:
+			p.logger.Error(nil, "A plan step cannot run beside the sync loop; left to the loop", "step", s.String())
+		}
+	}
+	return o
+}
 
-	// 2. bind new service addresses.
-	for _, addr := range pl.binds {
+// runRules carries out a plan of one rules step: keeping the rules on, preparing or
+// growing the sets before a sync plans its other writes.
+func (p *Proxier) runRules(ctx context.Context, s rules.Step, stats *SyncStats) error {
+	pl := &syncPlan{steps: []step{s}}
+	if p.logger.V(4).Enabled() {
+		p.logger.V(4).Info("Rules plan", "plan", pl.String())
+	}
+	_, err := p.run(ctx, pl, stats, nil)
+	return err
+}
+
+// stepPhase names the part of a sync a step is, for the sync's phases ("": its time
+// goes to the next part).
+func stepPhase(s step) string {
+	switch s.(type) {
+	case rules.Members:
+		return "sets"
+	case bindStep:
+		return "binds"
+	case rules.Rules:
+		return "rules"
+	case rules.Jumps:
+		return "jumps"
+	case rules.Quiet, ipvsStep, rules.Loud:
+		return "ipvs"
+	case unbindStep:
+		return "unbinds"
+	case drainStep:
+		return "drain"
+	case *removeStep:
+		return "leftovers"
+	case rules.Prepare:
+		return "prepare"
+	}
+	return ""
+}
+
+func (p *Proxier) runStep(ctx context.Context, s step, stats *SyncStats, ct *[]conntrackTarget, out *outcome) error {
+	switch s := s.(type) {
+	case rules.Quiet, rules.Loud:
+		// Neither is worth failing the sync for: without them a scheduler change
+		// still lands, at the price of a few refused connections.
+		_ = p.applyRules(ctx, s.(rules.Step), stats, out)
+	case rules.Step:
+		return p.applyRules(ctx, s, stats, out)
+	case deviceStep:
+		if _, err := p.kernel.Netlink.EnsureDummyDevice(ctx, netlink.DefaultDummyDevice); err != nil {
+			return fmt.Errorf("ensuring dummy device %s: %w", netlink.DefaultDummyDevice, err)
+		}
+	case bindStep:
+		p.bind(ctx, s.addrs, stats, out)
+	case ipvsStep:
+		p.executeIPVS(ctx, s.vs, stats, ct, out)
+	case unbindStep:
+		p.unbind(ctx, s.addrs, stats, out)
+	case drainStep:
+		p.processDraining(ctx, stats)
+	case *removeStep:
+		p.remove(ctx, s, stats)
+	default:
+		return fmt.Errorf("no way to carry out plan step %T", s)
+	}
+	return nil
+}
+
+// bind binds new service addresses to kube-ipvs0.
+func (p *Proxier) bind(ctx context.Context, addrs []string, stats *SyncStats, out *outcome) {
+	for _, addr := range addrs {
 		stats.AddressOps++
 		stats.count(opBindAddress)
 		if _, err := p.kernel.Netlink.EnsureAddressBind(ctx, net.ParseIP(addr), netlink.DefaultDummyDevice); err != nil {
@@ -62,40 +152,38 @@ func (p *Proxier) execute(ctx context.Context, pl *syncPlan, outRules []rules.Ou
 				err: fmt.Errorf("binding %s to %s: %w", addr, netlink.DefaultDummyDevice, err)})
 			continue
 		}
-		a.addrs.Insert(addr)
+		p.applied.addrs.Insert(addr)
 	}
+}
 
-	stats.phase(p.clock.Now(), "binds")
-
-	// 3. the rules (iptables chains or the nftables out-filter chain).
-	if pl.iptables != nil {
-		if err := p.applyRules(ctx, rules.Rules{Out: outRules, Text: pl.iptables}, stats, out); err != nil {
-			return out, err
+// unbind removes addresses no Service wants any more from kube-ipvs0.
+func (p *Proxier) unbind(ctx context.Context, addrs []string, stats *SyncStats, out *outcome) {
+	for _, addr := range addrs {
+		stats.AddressOps++
+		stats.count(opUnbindAddress)
+		if err := p.kernel.Netlink.UnbindAddress(ctx, net.ParseIP(addr), netlink.DefaultDummyDevice); err != nil {
+			out.fail(failure{key: retryKey{kind: retryAddr, text: addr}, layer: heldBackAddress,
+				what: "address " + addr + " on " + netlink.DefaultDummyDevice,
+				err:  fmt.Errorf("unbinding %s from %s: %w", addr, netlink.DefaultDummyDevice, err)})
+			continue
 		}
+		p.applied.addrs.Delete(addr)
 	}
-	stats.phase(p.clock.Now(), "rules")
-	if pl.full && !pl.rulesChecked {
-		if err := p.applyRules(ctx, rules.Jumps{}, stats, out); err != nil {
-			return out, err
-		}
-		stats.phase(p.clock.Now(), "jumps")
-	}
+}
 
-	// 4. IPVS, one virtual server at a time. A Service whose set members or addresses
-	// were refused keeps its virtual servers as they are until those land, so traffic is
-	// never balanced to it without the rules that masquerade and filter it.
+// executeIPVS writes the virtual servers, one at a time. A Service whose set members
+// or addresses were refused keeps its virtual servers as they are until those land,
+// so traffic is never balanced to it without the rules that masquerade and filter it.
+func (p *Proxier) executeIPVS(ctx context.Context, vs []vsPlan, stats *SyncStats, ct *[]conntrackTarget, out *outcome) {
 	blocked := map[types.NamespacedName]*failure{}
 	for i := range out.failures {
 		for _, o := range out.failures[i].owners {
 			blocked[o] = &out.failures[i]
 		}
 	}
-	if len(pl.quiet) > 0 {
-		_ = p.applyRules(ctx, rules.Quiet{Addrs: pl.quiet}, stats, out)
-	}
 	var creates, rest []*vsPlan
-	for i := range pl.vs {
-		vp := &pl.vs[i]
+	for i := range vs {
+		vp := &vs[i]
 		if cause := blocked[vp.owner]; cause != nil && vp.owner.Name != "" {
 			out.fail(failure{key: retryKey{kind: retryVS, vs: vp.key}, layer: cause.layer,
 				what: "virtual server " + vp.key.String() + " (waiting for " + cause.what + ")", owners: ownerList(vp.owner), err: cause.err})
@@ -111,25 +199,6 @@ func (p *Proxier) execute(ctx context.Context, pl *syncPlan, outRules []rules.Ou
 	for _, vp := range rest {
 		p.executeVirtualServer(ctx, vp, stats, ct, out)
 	}
-	if len(pl.quiet) > 0 {
-		_ = p.applyRules(ctx, rules.Loud{Addrs: pl.quiet}, stats, out)
-	}
-
-	stats.phase(p.clock.Now(), "ipvs")
-
-	// 5. unbind addresses no Service wants any more.
-	for _, addr := range pl.unbinds {
-		stats.AddressOps++
-		stats.count(opUnbindAddress)
-		if err := p.kernel.Netlink.UnbindAddress(ctx, net.ParseIP(addr), netlink.DefaultDummyDevice); err != nil {
-			out.fail(failure{key: retryKey{kind: retryAddr, text: addr}, layer: heldBackAddress,
-				what: "address " + addr + " on " + netlink.DefaultDummyDevice,
-				err:  fmt.Errorf("unbinding %s from %s: %w", addr, netlink.DefaultDummyDevice, err)})
-			continue
-		}
-		a.addrs.Delete(addr)
-	}
-	return out, nil
 }
 
 // executeVirtualServer carries out the plan of one virtual server. A refused virtual
@@ -379,4 +448,13 @@ func (p *Proxier) noteConntrack(vs *ipvs.VirtualServer, ct *[]conntrackTarget) {
 	if vs.Protocol == ipvs.UDP || vs.Protocol == ipvs.SCTP {
 		*ct = append(*ct, conntrackTarget{protocol: vs.Protocol, addr: vs.Address.String(), port: vs.Port})
 	}
+}
+
+// afterFunc runs f after d by the proxier's clock (tests step a fake one).
+func (p *Proxier) afterFunc(d time.Duration, f func()) {
+	if c, ok := p.clock.(clock.WithDelayedExecution); ok {
+		c.AfterFunc(d, f)
+		return
+	}
+	time.AfterFunc(d, f)
 }

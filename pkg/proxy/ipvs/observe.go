@@ -131,14 +131,11 @@ func (p *Proxier) observe(ctx context.Context, ipvsH ipvs.Interface, nl netlink.
 	}
 	st.entries, st.rules, st.rulesChecked = o.Members, o, o.RulesChecked
 	stats.phase(p.clock.Now(), "observe-sets")
-	// The device is created here, before its addresses are read, so a first start
-	// and a device someone deleted look alike: empty.
-	if _, err := nl.EnsureDummyDevice(ctx, netlink.DefaultDummyDevice); err != nil {
-		return nil, fmt.Errorf("ensuring dummy device %s: %w", netlink.DefaultDummyDevice, err)
-	}
+	// A first start and a device someone deleted look alike: no address. The full
+	// sync's plan makes the device before it binds any (deviceStep).
 	stats.count(opDumpAddresses)
 	addrs, err := nl.ListBindAddress(ctx, netlink.DefaultDummyDevice, p.family())
-	if err != nil {
+	if err != nil && !netlink.IsNotFound(err) {
 		return nil, fmt.Errorf("listing addresses of %s: %w", netlink.DefaultDummyDevice, err)
 	}
 	for _, a := range addrs {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/proxy/ipvs/rules"
 	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/ipvs"
+	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/netlink"
 )
 
 // A sync is observe (full syncs only) -> plan -> execute. The plan is a value: the
@@ -18,27 +19,70 @@ import (
 // function (planSync) so that it can be printed, compared and tested without a kernel;
 // execute.go carries it out and records each write's outcome.
 
-// syncPlan is what one sync writes, in the order it is written: set members first (so
-// the rules that match them never miss), then new addresses, the iptables rules, IPVS,
-// and last the addresses nobody wants any more.
+// syncPlan is what a sync writes, in the order it is written: every write to the
+// kernel is a step of a plan, and Proxier.run, which carries plans out, is the only
+// code that writes. A sync's main plan writes set members first (so the rules that
+// match them never miss), then new addresses, the rules, IPVS, and last the
+// addresses nobody wants any more and the draining real servers whose time is up.
+// Smaller plans keep the rules on (rules.KeepAlive), prepare the rules backend's
+// sets before a full sync plans, and remove what other backends and modes left.
 type syncPlan struct {
-	full bool
-	// rulesChecked: a full sync whose chains and jumps were checked beside the loop
-	// (rules_beside.go): neither is written unless the text changed.
-	rulesChecked bool
-	// sets are the ipset member changes, sent as one `ipset restore`.
-	sets []rules.Change
-	// binds are addresses to bind to kube-ipvs0.
-	binds []string
-	// iptables is the text of our chains when it must be written, else nil.
-	iptables []byte
-	// vs are the virtual servers to change, sorted by key.
-	vs []vsPlan
-	// quiet are the addresses of virtual servers whose scheduler changes: their
-	// refusals are held back while IPVS is written (quiet.go).
-	quiet []string
-	// unbinds are addresses to remove from kube-ipvs0.
-	unbinds []string
+	full  bool
+	steps []step
+}
+
+// step is one step of a plan: a rules backend's step (a rules.Step) or one of the
+// kinds below. String prints it, one line per write.
+type step interface{ String() string }
+
+// deviceStep makes sure kube-ipvs0 exists (full syncs, before any bind).
+type deviceStep struct{}
+
+func (deviceStep) String() string { return "device " + netlink.DefaultDummyDevice + "\n" }
+
+// bindStep binds addresses to kube-ipvs0.
+type bindStep struct{ addrs []string }
+
+// ipvsStep writes virtual servers (sorted by key), and quiet the addresses whose
+// scheduler changes: their refusals are held back while IPVS is written.
+type ipvsStep struct{ vs []vsPlan }
+
+// unbindStep removes addresses from kube-ipvs0.
+type unbindStep struct{ addrs []string }
+
+// drainStep removes the draining real servers whose connections ended or whose
+// time is up (drain.go).
+type drainStep struct{ n int }
+
+// removeStep removes what upstream's other modes (leftovers.go) and the other
+// rules backends left of this family (cleanup_beside.go); its run records whether
+// everything of each went.
+type removeStep struct {
+	leftovers, otherBackends bool
+	leftoversOK, otherOK     bool
+}
+
+func (s bindStep) String() string   { return lines("bind ", s.addrs) }
+func (s unbindStep) String() string { return lines("unbind ", s.addrs) }
+func (s drainStep) String() string  { return fmt.Sprintf("drain-check %d real servers\n", s.n) }
+
+func (s *removeStep) String() string {
+	var b strings.Builder
+	if s.leftovers {
+		b.WriteString("remove upstream's iptables- and nftables-mode leftovers\n")
+	}
+	if s.otherBackends {
+		b.WriteString("remove the other rules backends' objects\n")
+	}
+	return b.String()
+}
+
+func lines(prefix string, items []string) string {
+	var b strings.Builder
+	for _, it := range items {
+		b.WriteString(prefix + it + "\n")
+	}
+	return b.String()
 }
 
 type vsAction uint8
@@ -93,12 +137,15 @@ type planInput struct {
 	index   *desiredIndex
 	applied *appliedState
 	touched *touched
-	// rules is the current text of our iptables chains.
+	// rules is the text of the rules with the out filter out.
 	rules []byte
+	out   []rules.OutFilter
 	// rulesChecked: the chains were checked beside the loop (rules_beside.go).
 	rulesChecked bool
 	// draining reports whether a real server is draining (weight 0, deadline set).
 	draining func(drainKey) bool
+	// drains counts the draining real servers (a drain check ends the plan).
+	drains int
 	// drainTerminating: TCP real servers with traffic drain at weight 0 instead of
 	// being deleted at once (off on kernels where conn_reuse_mode makes that unsafe).
 	drainTerminating bool
@@ -107,48 +154,89 @@ type planInput struct {
 
 // planSync computes the writes for the touched keys. It does no I/O.
 func planSync(in *planInput) *syncPlan {
-	pl := &syncPlan{full: in.full, rulesChecked: in.rulesChecked}
+	pl := &syncPlan{full: in.full}
 	a, ix, t := in.applied, in.index, in.touched
+	if in.full {
+		pl.steps = append(pl.steps, deviceStep{})
+	}
 
+	var changes []rules.Change
 	for e := range t.entries {
 		want, have := ix.hasEntry(e), a.entries.Has(e)
 		if want != have {
-			pl.sets = append(pl.sets, rules.Change{Member: e, Add: want})
+			changes = append(changes, rules.Change{Member: e, Add: want})
 		}
 	}
 	// Deterministic order (the kernel does not care; tests and logs do).
-	slices.SortFunc(pl.sets, compareSetChanges)
+	slices.SortFunc(changes, compareSetChanges)
+	if len(changes) > 0 || in.full {
+		pl.steps = append(pl.steps, rules.Members{Changes: changes, Full: in.full})
+	}
 
+	var binds, unbinds []string
 	for addr := range t.addrs {
 		want, have := ix.hasAddr(addr), a.addrs.Has(addr)
 		switch {
 		case want && !have:
-			pl.binds = append(pl.binds, addr)
+			binds = append(binds, addr)
 		case !want && have:
-			pl.unbinds = append(pl.unbinds, addr)
+			unbinds = append(unbinds, addr)
 		}
 	}
-	slices.Sort(pl.binds)
-	slices.Sort(pl.unbinds)
-
-	// Our chains are rewritten whole, but only when their text changes (or on a full
-	// sync, which also repairs tampering).
-	if in.full && !in.rulesChecked || string(in.rules) != string(a.iptables) {
-		pl.iptables = in.rules
+	slices.Sort(binds)
+	slices.Sort(unbinds)
+	if len(binds) > 0 {
+		pl.steps = append(pl.steps, bindStep{binds})
 	}
 
+	// The rules are rewritten whole, but only when their text changes (or on a full
+	// sync, which also repairs tampering).
+	if in.full && !in.rulesChecked || string(in.rules) != string(a.iptables) {
+		pl.steps = append(pl.steps, rules.Rules{Out: in.out, Text: in.rules})
+	}
+	if in.full && !in.rulesChecked {
+		pl.steps = append(pl.steps, rules.Jumps{})
+	}
+
+	var vs []vsPlan
+	var quiet []string
 	keys := t.vs.UnsortedList()
 	slices.SortFunc(keys, compareVSKeys)
 	for _, k := range keys {
 		if vp, ok := planVirtualServer(in, k); ok {
-			pl.vs = append(pl.vs, vp)
+			vs = append(vs, vp)
 			if vp.action == vsUpdate && in.applied.vs[k].vs.Scheduler != vp.spec.Scheduler {
-				pl.quiet = append(pl.quiet, keyAddrString(k.addr))
+				quiet = append(quiet, keyAddrString(k.addr))
 			}
 		}
 	}
-	slices.Sort(pl.quiet)
-	pl.quiet = slices.Compact(pl.quiet)
+	slices.Sort(quiet)
+	quiet = slices.Compact(quiet)
+	if len(quiet) > 0 {
+		pl.steps = append(pl.steps, rules.Quiet{Addrs: quiet})
+	}
+	if len(vs) > 0 {
+		pl.steps = append(pl.steps, ipvsStep{vs})
+	}
+	if len(quiet) > 0 {
+		pl.steps = append(pl.steps, rules.Loud{Addrs: quiet})
+	}
+	if len(unbinds) > 0 {
+		pl.steps = append(pl.steps, unbindStep{unbinds})
+	}
+	// Real servers this plan starts draining are checked at its end too: one with no
+	// connection goes at once.
+	drains := in.drains
+	for _, vp := range vs {
+		for _, st := range vp.steps {
+			if st.action == rsDrain {
+				drains++
+			}
+		}
+	}
+	if drains > 0 {
+		pl.steps = append(pl.steps, drainStep{drains})
+	}
 	return pl
 }
 
@@ -246,19 +334,38 @@ func compareSetChanges(x, y rules.Change) int { return rules.Compare(x.Member, y
 // String prints the plan, one write per line, for V(4) logs and tests.
 func (pl *syncPlan) String() string {
 	var b strings.Builder
-	for _, s := range pl.sets {
-		fmt.Fprintf(&b, "%s\n", s)
+	for _, s := range pl.steps {
+		if m, ok := s.(rules.Members); ok {
+			// One line per member (the step's own String only counts them).
+			for _, c := range m.Changes {
+				fmt.Fprintf(&b, "%s\n", c)
+			}
+			continue
+		}
+		if q, ok := s.(rules.Quiet); ok {
+			for _, a := range q.Addrs {
+				fmt.Fprintf(&b, "quiet %s while schedulers change\n", a)
+			}
+			continue
+		}
+		if l, ok := s.(rules.Loud); ok {
+			for _, a := range l.Addrs {
+				fmt.Fprintf(&b, "loud %s\n", a)
+			}
+			continue
+		}
+		text := s.String()
+		b.WriteString(text)
+		if text != "" && !strings.HasSuffix(text, "\n") {
+			b.WriteByte('\n')
+		}
 	}
-	for _, a := range pl.binds {
-		fmt.Fprintf(&b, "bind %s\n", a)
-	}
-	if pl.iptables != nil {
-		fmt.Fprintf(&b, "rules (%d bytes)\n", len(pl.iptables))
-	}
-	for _, a := range pl.quiet {
-		fmt.Fprintf(&b, "quiet %s while schedulers change\n", a)
-	}
-	for _, vp := range pl.vs {
+	return b.String()
+}
+
+func (s ipvsStep) String() string {
+	var b strings.Builder
+	for _, vp := range s.vs {
 		owner := ""
 		if vp.owner.Name != "" {
 			owner = " (" + vp.owner.String() + ")"
@@ -271,42 +378,48 @@ func (pl *syncPlan) String() string {
 		case vsDelete:
 			fmt.Fprintf(&b, "ipvs delete %s\n", vp.key)
 		}
-		for _, s := range vp.steps {
-			switch s.action {
+		for _, st := range vp.steps {
+			switch st.action {
 			case rsAdd:
-				fmt.Fprintf(&b, "ipvs %s add-rs %s weight %d%s\n", vp.key, s.want.key, s.want.weight, owner)
+				fmt.Fprintf(&b, "ipvs %s add-rs %s weight %d%s\n", vp.key, st.want.key, st.want.weight, owner)
 			case rsSetWeight:
-				fmt.Fprintf(&b, "ipvs %s weight %s %d -> %d%s\n", vp.key, s.want.key, s.have.weight, s.want.weight, owner)
+				fmt.Fprintf(&b, "ipvs %s weight %s %d -> %d%s\n", vp.key, st.want.key, st.have.weight, st.want.weight, owner)
 			case rsDrain:
-				fmt.Fprintf(&b, "ipvs %s drain-rs %s%s\n", vp.key, s.have.key, owner)
+				fmt.Fprintf(&b, "ipvs %s drain-rs %s%s\n", vp.key, st.have.key, owner)
 			case rsDelete:
-				fmt.Fprintf(&b, "ipvs %s del-rs %s%s\n", vp.key, s.have.key, owner)
+				fmt.Fprintf(&b, "ipvs %s del-rs %s%s\n", vp.key, st.have.key, owner)
 			}
 		}
-	}
-	for _, a := range pl.unbinds {
-		fmt.Fprintf(&b, "unbind %s\n", a)
 	}
 	return b.String()
 }
 
 // writes counts the kernel writes the plan holds (for logs).
 func (pl *syncPlan) writes() int {
-	n := len(pl.binds) + len(pl.unbinds)
-	if len(pl.sets) > 0 {
-		n++
-	}
-	if pl.iptables != nil {
-		n++
-	}
-	for _, vp := range pl.vs {
-		if vp.action != vsKeep {
-			n++
-		}
-		for _, s := range vp.steps {
-			if s.action != rsKeep && s.action != rsKeepDraining {
+	n := 0
+	for _, s := range pl.steps {
+		switch s := s.(type) {
+		case rules.Members:
+			if len(s.Changes) > 0 {
 				n++
 			}
+		case bindStep:
+			n += len(s.addrs)
+		case unbindStep:
+			n += len(s.addrs)
+		case ipvsStep:
+			for _, vp := range s.vs {
+				if vp.action != vsKeep {
+					n++
+				}
+				for _, st := range vp.steps {
+					if st.action != rsKeep && st.action != rsKeepDraining {
+						n++
+					}
+				}
+			}
+		case rules.Rules:
+			n++
 		}
 	}
 	return n

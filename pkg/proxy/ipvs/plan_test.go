@@ -67,7 +67,9 @@ ipvs update TCP/10.96.0.1:80 rr (ns/a)
 ipvs TCP/10.96.0.1:80 weight 10.244.2.1:80 0 -> 1 (ns/a)
 ipvs TCP/10.96.0.1:80 add-rs 10.244.2.3:80 weight 1 (ns/a)
 ipvs TCP/10.96.0.1:80 drain-rs 10.244.2.2:80 (ns/a)
+loud 10.96.0.1
 unbind 10.96.0.99
+drain-check 1 real servers
 `
 	if d := cmp.Diff(want, got); d != "" {
 		t.Errorf("plan (-want +got):\n%s", d)

@@ -492,7 +492,7 @@ func (p *Proxier) syncProxyRules() {
 	// Before anything else, initialized or not: the nftables backend's rules stay
 	// on only while they are renewed.
 	var alive SyncStats
-	if err := p.applyRules(p.ctx, rules.KeepAlive{}, &alive, nil); err != nil {
+	if err := p.runRules(p.ctx, rules.KeepAlive{}, &alive); err != nil {
 		p.logger.Error(err, "Failed to keep the rules on")
 	}
 	if !p.initialized.Load() {

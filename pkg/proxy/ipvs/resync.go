@@ -46,17 +46,21 @@ func (j *journal) notePlan(pl *syncPlan) {
 	if j == nil {
 		return
 	}
-	for _, c := range pl.sets {
-		j.entries.Insert(c.Member)
-	}
-	for _, a := range pl.binds {
-		j.addrs.Insert(a)
-	}
-	for _, a := range pl.unbinds {
-		j.addrs.Insert(a)
-	}
-	for _, vp := range pl.vs {
-		j.vs.Insert(vp.key)
+	for _, s := range pl.steps {
+		switch s := s.(type) {
+		case rules.Members:
+			for _, c := range s.Changes {
+				j.entries.Insert(c.Member)
+			}
+		case bindStep:
+			j.addrs.Insert(s.addrs...)
+		case unbindStep:
+			j.addrs.Insert(s.addrs...)
+		case ipvsStep:
+			for _, vp := range s.vs {
+				j.vs.Insert(vp.key)
+			}
+		}
 	}
 }
 
@@ -137,6 +141,13 @@ func (p *Proxier) startResync() {
 		r.stats.phase(p.clock.Now(), "")
 		r.state, r.err = p.observe(ctx, ipvsH, nl, read, &r.stats)
 		r.stats.phase(p.clock.Now(), "observe-addrs")
+		if r.err == nil && r.state.rules.Repair {
+			// The rules were tampered with (or their printed form is not known yet):
+			// written again here, unless the loop writes them meanwhile.
+			pl := &syncPlan{steps: []step{rules.Repair{Text: want, Reading: r.state.rules}}}
+			r.state.rulesChecked = p.runBeside(ctx, pl, &r.stats).Repaired
+			r.stats.phase(p.clock.Now(), "rules")
+		}
 		if r.err == nil {
 			if r.state.rulesChecked {
 				r.state.iptables = want

@@ -104,7 +104,7 @@ func (p *Proxier) syncChanges(ctx context.Context, start time.Time) (SyncStats, 
 	if err := p.rebuild(ctx, r, p.nodeLabelsChanged); err != nil {
 		return r.stats, err
 	}
-	if err := p.applyRules(ctx, rules.Grow{}, &r.stats, nil); err != nil {
+	if err := p.runRules(ctx, rules.Grow{}, &r.stats); err != nil {
 		return r.stats, err
 	}
 	p.dueRetries(r.now, r.t)
@@ -124,7 +124,7 @@ func (p *Proxier) syncSlice(ctx context.Context, start time.Time) (SyncStats, er
 		}
 		r.stats.Compared += n
 	}
-	if err := p.applyRules(ctx, rules.Grow{}, &r.stats, nil); err != nil {
+	if err := p.runRules(ctx, rules.Grow{}, &r.stats); err != nil {
 		return r.stats, err
 	}
 	// A periodic resync's syncs write only drift. What a refusal holds back is
@@ -254,10 +254,9 @@ func (p *Proxier) takeKernel(ctx context.Context, r *syncRun, snap *appliedState
 	r.t.outFilter, r.t.health = true, true
 	r.stats.phase(p.clock.Now(), "touch")
 	p.setsEmptied = false
-	if err := p.applyRules(ctx, rules.Prepare{Out: p.outFilterRules(nil)}, &r.stats, nil); err != nil {
+	if err := p.runRules(ctx, rules.Prepare{Out: p.outFilterRules(nil)}, &r.stats); err != nil {
 		return err
 	}
-	r.stats.phase(p.clock.Now(), "prepare")
 	if sliced && p.setsEmptied {
 		// The programme was written anew and its sets are empty: fill them now,
 		// not slice by slice.
@@ -292,8 +291,10 @@ func (p *Proxier) planAndExecute(ctx context.Context, r *syncRun) error {
 		applied:          p.applied,
 		touched:          t,
 		rules:            p.rules.Text(p.index, outRules),
+		out:              outRules,
 		rulesChecked:     r.rulesChecked,
 		draining:         func(k drainKey) bool { _, ok := p.draining[k]; return ok },
+		drains:           len(p.draining),
 		drainTerminating: p.bc.drainTerminating,
 		excluded:         p.excluded,
 	})
@@ -306,15 +307,14 @@ func (p *Proxier) planAndExecute(ctx context.Context, r *syncRun) error {
 	stats.phase(p.clock.Now(), "plan")
 
 	var ct []conntrackTarget
-	out, err := p.execute(ctx, pl, outRules, stats, &ct)
+	out, err := p.run(ctx, pl, stats, &ct)
+	observeDraining(p.opts.IPFamily, len(p.draining))
 	if err != nil {
 		return err
 	}
-	stats.phase(p.clock.Now(), "unbinds")
 	stats.Failed = len(out.failures)
 	p.retryWait = p.recordOutcome(r.now, t, out)
 	p.reportFailures(out)
-	p.processDraining(ctx, stats)
 	if t.health || !p.hcSynced {
 		p.syncHealthServers()
 	}

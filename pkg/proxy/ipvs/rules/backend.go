@@ -113,8 +113,10 @@ type Counter interface {
 // Observed is a reading of the kernel's sets.
 type Observed struct {
 	Members sets.Set[Member]
-	// RulesChecked: the rules given to Observe were found as written, or repaired.
+	// RulesChecked: the rules given to Observe were found as written.
 	RulesChecked bool
+	// Repair: they were not; a Repair step beside the loop writes them again.
+	Repair bool
 	// Private is the backend's own part of the reading, for Adopt.
 	Private any
 }
@@ -153,12 +155,23 @@ type Rules struct {
 // checked beside the loop).
 type Jumps struct{}
 
+// Repair writes the rules Text again beside the sync loop, after a reading (Observe)
+// found them tampered with or not yet checked, unless the loop has written them
+// since.
+type Repair struct {
+	Text    []byte
+	Reading *Observed
+}
+
 // Quiet holds back the kernel's refusals from Addrs while their virtual servers'
 // schedulers change; Loud ends it.
 type Quiet struct{ Addrs []string }
 
 // Loud ends a Quiet of Addrs.
 type Loud struct{ Addrs []string }
+
+// EndQuiet takes Addrs out of a quiet that lingered after Loud (Outcome.Later).
+type EndQuiet struct{ Addrs []string }
 
 // Change adds or deletes one member.
 type Change struct {
@@ -174,6 +187,8 @@ func (Rules) step()     {}
 func (Jumps) step()     {}
 func (Quiet) step()     {}
 func (Loud) step()      {}
+func (Repair) step()    {}
+func (EndQuiet) step()  {}
 
 func (KeepAlive) String() string { return "rules keep-alive" }
 func (Prepare) String() string   { return "rules prepare" }
@@ -183,6 +198,10 @@ func (s Rules) String() string   { return fmt.Sprintf("rules (%d bytes)", len(s.
 func (Jumps) String() string     { return "rules jumps" }
 func (s Quiet) String() string   { return fmt.Sprintf("quiet %v while schedulers change", s.Addrs) }
 func (s Loud) String() string    { return fmt.Sprintf("loud %v", s.Addrs) }
+func (s Repair) String() string  { return fmt.Sprintf("rules repair (%d bytes)", len(s.Text)) }
+func (s EndQuiet) String() string {
+	return fmt.Sprintf("end quiet %v", s.Addrs)
+}
 
 func (c Change) String() string {
 	op := "del"
@@ -212,6 +231,16 @@ type Outcome struct {
 	RulesUnknown bool
 	// NeedFull: the rules went off; a full sync must write them again.
 	NeedFull bool
+	// Repaired: a Repair step wrote the rules (they are as its Text).
+	Repaired bool
+	// Later are steps to carry out beside the loop after a delay.
+	Later []Delayed
+}
+
+// Delayed is a step to carry out after a delay.
+type Delayed struct {
+	After time.Duration
+	Step  Step
 }
 
 // Refusal is one object the kernel refused.

@@ -53,6 +53,8 @@ type Backend struct {
 type reading struct {
 	headers map[string]*ipset.Set
 	gen     uint64
+	// rulesGen is the loop's count of chain writes when the reading began.
+	rulesGen uint64
 }
 
 // New makes the backend; it needs ipset and iptables.
@@ -87,7 +89,8 @@ func (b *Backend) Observe(check []byte) rules.ReadFunc {
 		if err != nil || check == nil {
 			return o, err
 		}
-		o.RulesChecked = b.checkRulesBeside(ctx, check, gen, c)
+		o.RulesChecked, o.Repair = b.checkRulesBeside(ctx, check, gen, c)
+		o.Private.(*reading).rulesGen = gen
 		return o, nil
 	}
 }
@@ -148,6 +151,11 @@ func (b *Backend) Apply(ctx context.Context, d rules.Desired, s rules.Step, c ru
 		return nil
 	case rules.Loud:
 		b.quietRefusals(ctx, s.Addrs, "-D", c, out)
+		return nil
+	case rules.Repair:
+		if r, ok := s.Reading.Private.(*reading); ok {
+			out.Repaired = b.repairRulesBeside(ctx, s.Text, r.rulesGen, c)
+		}
 		return nil
 	}
 	return fmt.Errorf("the %s rules backend cannot carry out %q", Name, s)

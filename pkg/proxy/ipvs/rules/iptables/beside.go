@@ -119,15 +119,38 @@ func missingJumps(saved string) string {
 	return b.String()
 }
 
-// checkRulesBeside checks our chains and jumps beside the sync loop and repairs
-// them (see above). want is the text the loop last wrote, gen the loop's write count
-// when the resync began. It reports whether the rules are as they should be; false
-// leaves them to the next full sync in the loop.
-func (b *Backend) checkRulesBeside(ctx context.Context, want []byte, gen uint64, c rules.Counter) bool {
+// checkRulesBeside checks our chains and jumps beside the sync loop (see above).
+// want is the text the loop last wrote, gen the loop's write count when the resync
+// began. It reports whether the rules are as they should be, and whether a repair
+// beside the loop (repairRulesBeside) should write them: not when the loop wrote them
+// since (it knows better), nor when they cannot be read (the next full sync in the
+// loop writes them).
+func (b *Backend) checkRulesBeside(ctx context.Context, want []byte, gen uint64, c rules.Counter) (ok, repair bool) {
 	g := &b.guard
 	if want == nil {
-		return false
+		return false, false
 	}
+	saved, err := b.saveTables(ctx, c)
+	if err != nil {
+		b.log.Error(err, "Failed to read the iptables tables beside the sync loop; the full sync writes our chains")
+		return false, false
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.gen != gen {
+		return false, false
+	}
+	if missingJumps(saved) == "" && g.text != nil && bytes.Equal(g.text, want) && ourChainLines(want, saved) == g.printed {
+		return true, false
+	}
+	return false, true
+}
+
+// repairRulesBeside writes our chains want and every missing jump beside the loop,
+// unless the loop wrote them since gen, and learns the form the kernel prints them
+// in. It reports whether it wrote them.
+func (b *Backend) repairRulesBeside(ctx context.Context, want []byte, gen uint64, c rules.Counter) bool {
+	g := &b.guard
 	saved, err := b.saveTables(ctx, c)
 	if err != nil {
 		b.log.Error(err, "Failed to read the iptables tables beside the sync loop; the full sync writes our chains")
@@ -139,10 +162,6 @@ func (b *Backend) checkRulesBeside(ctx context.Context, want []byte, gen uint64,
 		return false // the loop wrote our chains since: it knows better
 	}
 	jumps := missingJumps(saved)
-	if jumps == "" && g.text != nil && bytes.Equal(g.text, want) && ourChainLines(want, saved) == g.printed {
-		g.mu.Unlock()
-		return true
-	}
 	known := g.text != nil && bytes.Equal(g.text, want)
 	c.Request(metrics.SubsystemIPTables, "restore")
 	if err := b.ipt.RestoreAll(ctx, slices.Concat(want, []byte(jumps)), utiliptables.NoFlushTables, utiliptables.RestoreCount); err != nil {
@@ -156,8 +175,6 @@ func (b *Backend) checkRulesBeside(ctx context.Context, want []byte, gen uint64,
 	if known || jumps != "" {
 		b.log.Info("Repaired our iptables chains beside the sync loop", "jumpsMissing", jumps != "")
 	}
-	// The printed form is read without the lock, so a loop write never waits for
-	// it; it is kept only if no loop write came in between.
 	back, err := b.saveTables(ctx, c)
 	if err != nil {
 		return true // written; the next check reads the printed form

@@ -149,8 +149,11 @@ func (b *nftBackend) Apply(ctx context.Context, d rules.Desired, s rules.Step, c
 	case rules.Loud:
 		if addrs := b.loud; len(addrs) > 0 {
 			b.loud = nil
-			b.afterFunc(nftQuietLinger, func() { b.endQuiet(addrs) })
+			out.Later = append(out.Later, rules.Delayed{After: nftQuietLinger, Step: rules.EndQuiet{Addrs: addrs}})
 		}
+		return nil
+	case rules.EndQuiet:
+		b.endQuiet(s.Addrs)
 		return nil
 	}
 	return fmt.Errorf("the %s rules backend cannot carry out %q", Name, s)
@@ -674,15 +677,6 @@ func (b *nftBackend) quietElements(addrs []string) [][]string {
 		elems = append(elems, []string{a})
 	}
 	return elems
-}
-
-// afterFunc runs f after d by the proxier's clock (tests step a fake one).
-func (b *nftBackend) afterFunc(d time.Duration, f func()) {
-	if dc, ok := b.clock.(clock.WithDelayedExecution); ok {
-		dc.AfterFunc(d, f)
-		return
-	}
-	time.AfterFunc(d, f)
 }
 
 // removeNFTFamily deletes the objects of family f from the nftables backend's
