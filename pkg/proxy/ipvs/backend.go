@@ -200,8 +200,8 @@ func (s *SyncStats) RulesWritten() { s.IPTablesWrite = true }
 // rulesHeldBack reports whether a set member or an out-filter rule is held back:
 // until none is, the rules are not complete, and the other backend's state still
 // serves the Services whose members are missing.
-func (p *Proxier) rulesHeldBack() bool {
-	for k := range p.retries {
+func (f *failureMemory) rulesHeldBack() bool {
+	for k := range f.retries {
 		if k.kind == retryEntry || k.kind == retryOutRule {
 			return true
 		}

@@ -121,7 +121,10 @@ type KernelReader struct {
 	NFTRules nftables.Ruleset
 }
 
-// Proxier programs IPVS for one IP family.
+// Proxier programs IPVS for one IP family. What it remembers is split by kind:
+// its inputs (the Services, endpoints and the node), the desired state (index),
+// what the kernel is known to hold (kernelMemory) and what failed (failureMemory);
+// the sync loop (syncProxyRules) reads and writes them under mu.
 type Proxier struct {
 	opts   Options
 	kernel Kernel
@@ -141,72 +144,23 @@ type Proxier struct {
 	addrWatch    bool
 	addrsChanged atomic.Bool
 
-	mu                   sync.Mutex // guards everything below
-	svcPortMap           proxy.ServicePortMap
-	endpointsMap         proxy.EndpointsMap
-	nodeLabels           map[string]string
-	nodeLabelsChanged    bool
-	servicesSynced       bool
-	endpointSlicesSynced bool
-	initialized          atomic.Bool
-	syncRunner           *async.BoundedFrequencyRunner
-
+	mu          sync.Mutex // guards everything below
+	initialized atomic.Bool
+	syncRunner  *async.BoundedFrequencyRunner
+	rules       rules.Backend
+	inputs
 	index *desiredIndex
-	// svcPorts are the port names of every Service with ports in this family, as
-	// the service tracker reports them.
-	svcPorts map[types.NamespacedName][]proxy.ServicePortName
-	bc       buildContext
-	applied  *appliedState // nil: unknown, the next sync reads the kernel
-	needFull bool
-	lastFull time.Time
-	// otherModesRemoved: upstream's iptables- and nftables-mode leftovers are gone
-	// (removeOtherModesLeftovers, after the first full sync that succeeds).
-	otherModesRemoved bool
-	// rules is the rules backend (backend.go); otherBackendRemoved: what the other
-	// backend left of this family is gone (after the first full sync that wrote
-	// every member and rule).
-	rules               rules.Backend
-	otherBackendRemoved bool
-	// beside is the run of those removals beside the sync loop (nil when none;
-	// cleanup_beside.go).
-	beside     *besideRun
-	draining   map[drainKey]int64 // TCP real servers at weight 0 whose endpoint is gone -> deadline (unix ns)
-	retryDelay time.Duration
-	hcSynced   bool
-
-	// Failure isolation: objects the kernel refused, retried with backoff; values not
-	// programmed at all; the ClusterIP keys external addresses must not take.
-	retries      map[retryKey]*retryState
-	retryWait    time.Duration
-	refusals     map[types.NamespacedName][]refusal
-	clusterKeys  map[types.NamespacedName][]vsKey
-	extKeys      map[types.NamespacedName][]vsKey
-	extClaims    map[vsKey]sets.Set[types.NamespacedName]
-	heldBackView heldBackView
-	// heldBackPublishedEmpty: the last published list was empty (skip republishing).
-	heldBackPublishedEmpty bool
-
-	// resync is the periodic resync's kernel read in flight beside the sync loop (nil
-	// when none), and journal the keys syncs wrote since it began (resync.go).
-	resync  *resyncRead
-	journal *journal
-	// goResync runs a resync's read; `go f()` but in tests.
-	goResync func(f func())
-	// resyncOps are the kernel operations of the last read taken, counted in the
-	// stats of the sync that takes it.
-	resyncOps [numKernelOps]int
-
+	bc    buildContext
+	kernelMemory
+	failureMemory
 	// stats of the last sync, for tests and metrics
 	lastSync SyncStats
-
-	// slicer walks the keys of a periodic resync still to be compared, a slice per
-	// sync (resync_slices.go); resyncSliceKeys is a slice's size (0: no slices).
-	slicer          *resyncSlicer
+	// goResync runs a resync's read; `go f()` but in tests.
+	goResync func(f func())
+	// resyncSliceKeys is a periodic resync's slice size (0: no slices).
 	resyncSliceKeys int
 	// betweenSlices, when set (tests), runs before each slice after the first.
 	betweenSlices func()
-	// setsEmptied is set by a backend's prepare that wrote its sets anew (empty).
-	setsEmptied bool
 }
 
 // SyncStats describes one sync.
@@ -308,19 +262,12 @@ func NewProxier(ctx context.Context, opts Options, kernel Kernel, clk clock.Cloc
 		ctx:              klog.NewContext(ctx, logger),
 		serviceChanges:   proxy.NewServiceChangeTracker(opts.IPFamily, opts.Recorder),
 		endpointsChanges: proxy.NewEndpointsChangeTracker(opts.IPFamily, opts.NodeName),
-		svcPortMap:       proxy.ServicePortMap{},
-		endpointsMap:     proxy.EndpointsMap{},
+		inputs:           newInputs(),
 		index:            newDesiredIndex(),
-		svcPorts:         map[types.NamespacedName][]proxy.ServicePortName{},
-		needFull:         true,
+		kernelMemory:     kernelMemory{needFull: true, draining: map[drainKey]int64{}},
+		failureMemory:    newFailureMemory(),
 		resyncSliceKeys:  defaultResyncSliceKeys,
-		draining:         map[drainKey]int64{},
 		serviceUIDs:      map[types.NamespacedName]types.UID{},
-		retries:          map[retryKey]*retryState{},
-		refusals:         map[types.NamespacedName][]refusal{},
-		clusterKeys:      map[types.NamespacedName][]vsKey{},
-		extKeys:          map[types.NamespacedName][]vsKey{},
-		extClaims:        map[vsKey]sets.Set[types.NamespacedName]{},
 		goResync:         func(f func()) { go f() },
 	}
 	if p.rules, err = newRulesBackend(opts.RulesBackend, p.rulesConfig(), rulesKernel(kernel)); err != nil {

@@ -93,8 +93,8 @@ func (p *Proxier) dueRetries(now time.Time, t *touched) {
 }
 
 // withoutRetries takes out of t every key a refusal holds back.
-func (p *Proxier) withoutRetries(t *touched) {
-	for k := range p.retries {
+func (f *failureMemory) withoutRetries(t *touched) {
+	for k := range f.retries {
 		t.setRetryKey(k, false)
 	}
 }
@@ -120,9 +120,9 @@ func (t *touched) setRetryKey(k retryKey, in bool) {
 
 // heldOutRules returns the out-filter rules whose retry is not due: they stay out of
 // the iptables text until then, so a refused rule does not cost a bisection per sync.
-func (p *Proxier) heldOutRules(now time.Time) map[rules.OutFilter]bool {
+func (f *failureMemory) heldOutRules(now time.Time) map[rules.OutFilter]bool {
 	var held map[rules.OutFilter]bool
-	for k, r := range p.retries {
+	for k, r := range f.retries {
 		if k.kind == retryOutRule && now.Before(r.next) {
 			if held == nil {
 				held = map[rules.OutFilter]bool{}
