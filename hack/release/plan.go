@@ -11,8 +11,10 @@ import (
 // stage: the script is the one reader of the Dockerfile, this tool does not
 // parse it a second time.
 type plan struct {
-	from       string
-	runs       []string
+	from string
+	runs []string
+	// steps are the RUN and COPY instructions, in order, as the history prints them.
+	steps      []string
 	binary     string
 	entrypoint []string
 	args       map[string]string // ARG NAME[=DEFAULT]
@@ -31,6 +33,9 @@ func parsePlan(text string) (plan, error) {
 			p.from = value
 		case "run":
 			p.runs = append(p.runs, value)
+			p.steps = append(p.steps, "RUN "+value)
+		case "copy":
+			p.steps = append(p.steps, "COPY "+value)
 		case "binary":
 			p.binary = value
 		case "entrypoint":
@@ -80,8 +85,8 @@ func (p plan) expandLabels(buildArgs map[string]string) (map[string]string, erro
 
 // history is the image config's record of how the layer was made.
 func (p plan) history() string {
-	return fmt.Sprintf("FROM %s; RUN %s; COPY --from=build %s (hack/image-rootfs.sh, hack/release.sh)",
-		p.from, strings.Join(p.runs, "; RUN "), p.binary)
+	return fmt.Sprintf("FROM %s; %s; COPY --from=build %s (hack/image-rootfs.sh, hack/release.sh)",
+		p.from, strings.Join(p.steps, "; "), p.binary)
 }
 
 // suite is the Debian suite of the runtime stage's base (debian:SUITE[-slim]).
