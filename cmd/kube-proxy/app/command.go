@@ -83,6 +83,7 @@ endpoints as upstream kube-proxy ` + upstreamVersion + ` --proxy-mode=ipvs.`,
 	cmd.SetArgs(args)
 	cmd.SetOut(stdout)
 	cmd.SetErr(stderr)
+	cmd.AddCommand(newExplainCommand(stdout))
 	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return err })
 
 	fs := cmd.Flags()

@@ -12,6 +12,7 @@ package app
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -37,6 +38,7 @@ type proxierGeneration struct {
 	families []v1.IPFamily
 	provider proxy.Provider
 	heldBack func() any                          // nil: the provider keeps no list
+	explain  metrics.Explainer                   // nil: the provider cannot
 	vsStats  func() []metrics.VirtualServerStats // nil: none
 	release  func()                              // nil: nothing to release
 
@@ -51,7 +53,7 @@ type proxierGeneration struct {
 // from ctx that stop cancels (its sync loop returns then).
 func buildGeneration(ctx context.Context, s *ProxyServer) (*proxierGeneration, error) {
 	gctx, cancel := context.WithCancel(ctx)
-	s.HeldBack, s.virtualServerStats, s.releaseProxier = nil, nil, nil
+	s.HeldBack, s.Explain, s.virtualServerStats, s.releaseProxier = nil, nil, nil, nil
 	p, err := s.deps.newProvider(gctx, s)
 	if err != nil {
 		cancel()
@@ -60,7 +62,7 @@ func buildGeneration(ctx context.Context, s *ProxyServer) (*proxierGeneration, e
 	s.Proxier = p
 	return &proxierGeneration{
 		facts: s.facts, families: slices.Clone(s.IPFamilies), provider: p,
-		heldBack: s.HeldBack, vsStats: s.virtualServerStats, release: s.releaseProxier,
+		heldBack: s.HeldBack, explain: s.Explain, vsStats: s.virtualServerStats, release: s.releaseProxier,
 		ctx: gctx, cancel: cancel,
 	}, nil
 }
@@ -122,6 +124,14 @@ func (l *liveGeneration) heldBack() any {
 		return g.heldBack()
 	}
 	return []ipvsproxy.HeldBackObject{}
+}
+
+// explain explains a Service with the running generation's proxiers.
+func (l *liveGeneration) explain(ctx context.Context, namespace, name string) (any, string, bool, error) {
+	if g := l.gen.Load(); g != nil && g.explain != nil {
+		return g.explain(ctx, namespace, name)
+	}
+	return nil, "", false, errors.New("no proxier is running")
 }
 
 func (l *liveGeneration) virtualServerStats() []metrics.VirtualServerStats {
@@ -226,7 +236,7 @@ func (s *ProxyServer) rebuild(ctx context.Context, cur *proxierGeneration, facts
 func (s *ProxyServer) adopt(next *ProxyServer, gen *proxierGeneration) {
 	s.facts, s.PrimaryIPFamily, s.NodeIPs, s.PodCIDRs = next.facts, next.PrimaryIPFamily, next.NodeIPs, next.PodCIDRs
 	s.IPFamilies, s.NodePortAddresses = next.IPFamilies, next.NodePortAddresses
-	s.Proxier, s.HeldBack, s.virtualServerStats, s.releaseProxier = next.Proxier, next.HeldBack, next.virtualServerStats, next.releaseProxier
+	s.Proxier, s.HeldBack, s.Explain, s.virtualServerStats, s.releaseProxier = next.Proxier, next.HeldBack, next.Explain, next.virtualServerStats, next.releaseProxier
 	s.handles = next.handles
 	s.live.gen.Store(gen)
 }

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 	"k8s.io/kube-proxy/config/v1alpha1"
 	utilexec "k8s.io/utils/exec"
@@ -154,6 +155,21 @@ func (s *ProxyServer) exposeProxiers(logger klog.Logger, all []*ipvsproxy.Proxie
 			out = append(out, p.HeldBack()...)
 		}
 		return out
+	}
+	s.Explain = func(ctx context.Context, namespace, name string) (any, string, bool, error) {
+		var out []*ipvsproxy.Explanation
+		var text strings.Builder
+		for _, p := range all {
+			x, err := p.Explain(ctx, types.NamespacedName{Namespace: namespace, Name: name})
+			if err != nil {
+				return nil, "", false, err
+			}
+			if x != nil {
+				out = append(out, x)
+				text.WriteString(x.Text())
+			}
+		}
+		return out, text.String(), len(out) > 0, nil
 	}
 	s.virtualServerStats = func() []metrics.VirtualServerStats {
 		var out []metrics.VirtualServerStats

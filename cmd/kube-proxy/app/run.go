@@ -67,6 +67,9 @@ func (s *ProxyServer) Run(ctx context.Context) error {
 		if s.HeldBack != nil {
 			handler = proxymetrics.WithHeldBack(handler, s.live.heldBack)
 		}
+		if s.Explain != nil {
+			handler = proxymetrics.WithExplain(handler, s.live.explain)
+		}
 		handler = proxymetrics.WithZPages(handler, s.zpages())
 		var streams []httpserver.Stream
 		if cfg.EnableProfiling {

@@ -80,6 +80,9 @@ type ProxyServer struct {
 	// HeldBack lists what the proxiers are not programming, for the metrics server's
 	// debug endpoint; set by createProxier.
 	HeldBack func() any
+	// Explain explains one Service for the metrics server's explain endpoint; nil
+	// when the provider cannot.
+	Explain metrics.Explainer
 	// virtualServerStats reads the per-Service IPVS counters of the proxiers
 	// (--ipvs-virtual-server-metrics); set by createProxier.
 	virtualServerStats func() []metrics.VirtualServerStats
