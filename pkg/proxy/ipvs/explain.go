@@ -79,7 +79,11 @@ type VSExplanation struct {
 	// why it could not be read (or was not: too many virtual servers).
 	Kernel      []RealServerExplain `json:"kernel"`
 	KernelError string              `json:"kernelError,omitempty"`
-	InSync      bool                `json:"inSync"`
+	// InSync: what the proxier believes the kernel holds is what it wants;
+	// KernelDiffers: what the kernel holds now is not (someone changed it, or a
+	// write is held back).
+	InSync        bool `json:"inSync"`
+	KernelDiffers bool `json:"kernelDiffers,omitempty"`
 }
 
 // RealServerExplain is one real server.
@@ -315,6 +319,24 @@ func (p *Proxier) readLive(ctx context.Context, x *Explanation, specs map[[2]int
 					ActiveConn: rs.ActiveConn, InactiveConn: rs.InactiveConn})
 			}
 			slices.SortFunc(v.Kernel, func(a, b RealServerExplain) int { return strings.Compare(a.Address, b.Address) })
+			v.KernelDiffers = !sameRealServers(v.Kernel, v.Desired)
 		}
 	}
+}
+
+// sameRealServers reports whether two lists hold the same addresses and weights.
+func sameRealServers(a, b []RealServerExplain) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	want := make(map[string]int32, len(b))
+	for _, r := range b {
+		want[r.Address] = r.Weight
+	}
+	for _, r := range a {
+		if w, ok := want[r.Address]; !ok || w != r.Weight {
+			return false
+		}
+	}
+	return true
 }

@@ -102,9 +102,13 @@ func TestExplainRefusedAndDrifted(t *testing.T) {
 	if err := e.ipvs.DeleteRealServer(context.Background(), vs, &ipvs.RealServer{Address: net.ParseIP("10.244.2.1"), Port: 80}); err != nil {
 		t.Fatal(err)
 	}
-	v := explain(t, e, "ns", "a").Ports[0].VirtualServers[0]
-	if rsText(v.Applied) != "10.244.2.1:80 w1" || rsText(v.Kernel) != "(none)" {
-		t.Errorf("behind the daemon's back: applied %s, kernel %s", rsText(v.Applied), rsText(v.Kernel))
+	x = explain(t, e, "ns", "a")
+	v := x.Ports[0].VirtualServers[0]
+	if rsText(v.Applied) != "10.244.2.1:80 w1" || rsText(v.Kernel) != "(none)" || !v.InSync || !v.KernelDiffers {
+		t.Errorf("behind the daemon's back: applied %s, kernel %s, in sync %v, kernel differs %v", rsText(v.Applied), rsText(v.Kernel), v.InSync, v.KernelDiffers)
+	}
+	if !strings.Contains(x.Text(), "kernel:  (none)   KERNEL DIFFERS") {
+		t.Errorf("the text does not say the kernel differs:\n%s", x.Text())
 	}
 }
 

@@ -80,7 +80,7 @@ func (x *Explanation) portText(b *strings.Builder, pe PortExplanation) {
 		if v.KernelError != "" {
 			fmt.Fprintf(b, "      kernel:  (%s)\n", v.KernelError)
 		} else {
-			fmt.Fprintf(b, "      kernel:  %s\n", rsText(v.Kernel))
+			fmt.Fprintf(b, "      kernel:  %s%s\n", rsText(v.Kernel), yesNo(v.KernelDiffers, "   KERNEL DIFFERS", ""))
 		}
 	}
 	for _, e := range pe.Endpoints {
