@@ -4,6 +4,8 @@ import (
 	"slices"
 	"strings"
 
+	v1 "k8s.io/api/core/v1"
+
 	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/proxy"
 	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/proxy/apis/config"
 	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/ipvs"
@@ -26,6 +28,11 @@ var schedulerFlagNames = map[string]struct {
 	"flag-1":      {"", ipvs.FlagSchedSH1},
 	"flag-2":      {"", ipvs.FlagSchedSH2},
 	"flag-3":      {"", flagSched3},
+	// ops is one-packet scheduling: every UDP datagram is scheduled on its own,
+	// so senders behind one address and port spread over the real servers. With
+	// NAT the replies of such a "connection" are not translated back (IPVS keeps
+	// no entry for them): only for protocols that need no reply.
+	"ops": {"", ipvs.FlagOnePacket},
 }
 
 // kubeRouterSchedulers are the values kube-router accepts in
@@ -49,7 +56,7 @@ func chooseScheduler(configured string, svc *proxy.ServicePortInfo) (string, uin
 			}
 		}
 		if svc.SchedulerFlags != "" {
-			f, bad := parseSchedulerFlags(scheduler, svc.SchedulerFlags)
+			f, bad := parseSchedulerFlags(scheduler, string(svc.Protocol), svc.SchedulerFlags)
 			refused = append(refused, bad...)
 			if f != 0 || len(bad) == 0 {
 				flags = f
@@ -97,8 +104,9 @@ func defaultFlags(scheduler string) uint32 {
 	return 0
 }
 
-// parseSchedulerFlags parses kube-proxy-ipvs.io/scheduler-flags for scheduler.
-func parseSchedulerFlags(scheduler, value string) (uint32, []refusal) {
+// parseSchedulerFlags parses kube-proxy-ipvs.io/scheduler-flags for scheduler and
+// the port's protocol.
+func parseSchedulerFlags(scheduler, protocol, value string) (uint32, []refusal) {
 	var flags uint32
 	var refused []refusal
 	for _, tok := range strings.Split(value, ",") {
@@ -110,7 +118,10 @@ func parseSchedulerFlags(scheduler, value string) (uint32, []refusal) {
 		switch {
 		case !ok:
 			refused = append(refused, refusal{field: "annotation " + proxy.AnnotationSchedulerFlags, value: tok,
-				reason: "unknown scheduler flag (sh-fallback, sh-port, mh-fallback, mh-port, flag-1, flag-2, flag-3); ignored"})
+				reason: "unknown scheduler flag (sh-fallback, sh-port, mh-fallback, mh-port, flag-1, flag-2, flag-3, ops); ignored"})
+		case tok == "ops" && protocol != string(v1.ProtocolUDP):
+			refused = append(refused, refusal{field: "annotation " + proxy.AnnotationSchedulerFlags, value: tok,
+				reason: "one-packet scheduling applies to UDP ports only, not " + protocol + "; ignored"})
 		case def.scheduler != "" && def.scheduler != scheduler:
 			refused = append(refused, refusal{field: "annotation " + proxy.AnnotationSchedulerFlags, value: tok,
 				reason: "applies to scheduler " + def.scheduler + ", not " + scheduler + "; ignored"})

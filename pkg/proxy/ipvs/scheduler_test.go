@@ -406,3 +406,35 @@ func TestNFTSchedulerChangeQuietsRefusals(t *testing.T) {
 		})
 	}
 }
+
+// TestOnePacketSchedulingForUDPOnly: the ops flag (one-packet scheduling) is set on
+// UDP ports, beside the scheduler's flags, and refused with a reason on others.
+func TestOnePacketSchedulingForUDPOnly(t *testing.T) {
+	for _, c := range []struct {
+		proto     v1.Protocol
+		sched     string
+		flags     string
+		wantFlags uint32
+		refused   int
+	}{
+		{v1.ProtocolUDP, "rr", "ops", ipvs.FlagOnePacket, 0},
+		{v1.ProtocolUDP, "mh", "mh-port,ops", ipvs.FlagSchedSH2 | ipvs.FlagOnePacket, 0},
+		{v1.ProtocolTCP, "rr", "ops", 0, 1},
+		{v1.ProtocolSCTP, "mh", "ops", ipvs.FlagSchedSH2, 1},
+	} {
+		sched, flags, refused := chooseScheduler("rr", &proxy.ServicePortInfo{Protocol: c.proto, Scheduler: c.sched, SchedulerFlags: c.flags, SchedulerSource: proxy.AnnotationScheduler})
+		if sched != c.sched || flags != c.wantFlags || len(refused) != c.refused {
+			t.Errorf("%s %s %q: got %s %#x %v, want %#x and %d refusals", c.proto, c.sched, c.flags, sched, flags, refused, c.wantFlags, c.refused)
+		}
+		if c.refused > 0 && !strings.Contains(refused[0].reason, "UDP ports only") {
+			t.Errorf("%s: refusal %q does not say why", c.proto, refused[0].reason)
+		}
+	}
+	// Through a sync: the UDP virtual server gets the flag, the kernel takes it.
+	e := newTestEnv(t, v1.IPv4Protocol)
+	e.start(makeService("ns", "syslog", clusterIP("10.96.0.9"), port("p", v1.ProtocolUDP, 514, 0), annotate(proxy.AnnotationSchedulerFlags, "ops")),
+		makeSlice("ns", "syslog", "s-1", udp("p", 514), endpoint("10.244.2.1"), endpoint("10.244.2.2")))
+	if d := e.ipvs.Dump(); !strings.Contains(d, "UDP  10.96.0.9:514 rr ops") {
+		t.Errorf("no one-packet UDP virtual server:\n%s", d)
+	}
+}
