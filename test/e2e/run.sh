@@ -52,7 +52,7 @@ nft_scenarios=(
 	TestLoadBalancerIngressIP TestKubeProxyRestartUnderLoad TestCleanupLeavesNothing
 	TestTwoNodeTestbed TestTwoNodeExternalToRemoteEndpoints TestTwoNodeExternalTrafficPolicyLocal
 	TestTwoNodePodToRemotePod TestTwoNodeLoadBalancerSourceRanges TestTwoNodeUDPEndpointReplacement
-	TestTwoNodeSessionAffinityFromOutside TestTwoNodeTerminatingDrain TestTwoNodeSoak TestExplain
+	TestTwoNodeSessionAffinityFromOutside TestTwoNodeTerminatingDrain TestTwoNodeSoak TestExplain TestUDPOnePacketScheduling
 )
 # Run with the default backend only, and why.
 declare -A iptables_only=(
