@@ -89,7 +89,7 @@ for col in "${columns[@]}"; do
 	KPI_CONF_PROXY=$proxy KPI_CONF_BUILD_DIR=$build KPI_CONF_PROXY_ARCHIVE=$proxy_archive KPI_CONF_LOGS_DIR=$d/cluster \
 		"$here/cluster/up.sh" "$bin/ginkgo" --procs="$procs" --no-color --timeout=4h \
 		--focus="$focus" ${skip:+--skip="$skip"} "$bin/e2e.test" -- \
-		--provider=skeleton --kubectl-path="$bin/kubectl" --report-dir="$d" --disable-log-dump \
+		--provider=skeleton --num-nodes="${KPI_CONF_NODES:-2}" --kubectl-path="$bin/kubectl" --report-dir="$d" --disable-log-dump \
 		>"$d/e2e.log" 2>&1
 	rc=$?
 	set -e
