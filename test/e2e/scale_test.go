@@ -81,8 +81,8 @@ func vmKubeProxyNames() ([]string, error) {
 	}
 	var out []string
 	for _, n := range strings.Split(v, ",") {
-		if n != "ours" && n != "upstream" {
-			return nil, fmt.Errorf("KPI_SCALE_PROXIES=%q: want ours, upstream or ours,upstream", v)
+		if n != colOurs && n != colOursNFT && n != colUpstream && n != colUpstreamNFT {
+			return nil, fmt.Errorf("KPI_SCALE_PROXIES=%q: want a list of ours, ours-nftables, upstream and upstream-nftables", v)
 		}
 		out = append(out, n)
 	}
@@ -289,10 +289,14 @@ type scaleFigures struct {
 	startIPT  time.Duration            // the KUBE-CLUSTER-IP match-set rule in nat
 	firstSync string                   // the daemon's view after start-up
 	// full resyncs while the changes ran (mean), and how many
-	fullMean  time.Duration
-	fullCount int
-	lat       []time.Duration // one-endpoint changes, API write to IPVS
-	rss, hwm  float64         // MiB at the end
+	fullMean     time.Duration
+	fullCount    int
+	lat          []time.Duration // one-endpoint changes, API write to IPVS
+	rss, hwm     float64         // MiB at the end
+	cpu          scaleCPU        // the daemon's CPU time from its start to everything programmed
+	startFull    time.Duration   // the start-up full sync (IPv4) in the daemon's histogram
+	fullHow      string          // how the full resync figure was taken
+	rulesBackend string          // ours' rules backend, "" for upstream
 	// unfinished is the program timeout when upstream had not programmed everything
 	// by then: its start-up figures still zero are "more than unfinished", and it
 	// has no change or resync figures (it was still in its first sync).
@@ -334,8 +338,9 @@ func TestScaleVM(t *testing.T) {
 	nsvc := 1000
 	if v := os.Getenv("KPI_SCALE_SERVICES"); v != "" {
 		n, err := strconv.Atoi(v)
-		if err != nil || n < 10 || n > 20000 {
-			t.Fatalf("KPI_SCALE_SERVICES=%q: want a number from 10 to 20000", v)
+		// The apiserver's Service range is a /16 (framework.ControlPlane).
+		if err != nil || n < 10 || n > 60000 {
+			t.Fatalf("KPI_SCALE_SERVICES=%q: want a number from 10 to 60000", v)
 		}
 		nsvc = n
 	}
@@ -466,20 +471,40 @@ func TestScaleVM(t *testing.T) {
 	var all []*scaleFigures
 	for r, name := range names {
 		p := &vmKubeProxy{name: name, bin: "/kpi/bin/kube-proxy", log: "/tmp/scale-kube-proxy-" + name + ".log"}
-		if name == "upstream" {
+		cfg := config
+		switch name {
+		case colUpstream:
 			p.bin = upstreamKubeProxyBin
-		} else {
+		case colUpstreamNFT:
+			p.bin = upstreamKubeProxyBin
+			cfg = upstreamNFTConfig(config)
+		case colOursNFT:
+			p.rulesBackend = "nftables"
+		default:
 			p.rulesBackend = rulesBackend
 		}
-		all = append(all, scaleRunProxy(t, ctx, bulk, p, r, svcs, nchanges, config, syncPeriod))
+		all = append(all, scaleRunProxy(t, ctx, bulk, p, r, svcs, nchanges, cfg, syncPeriod))
+	}
+	// The kernel's own tools for the same content (KPI_SCALE_FLOOR=1), on the
+	// clean node the last run left.
+	var floor *scaleFloor
+	if os.Getenv("KPI_SCALE_FLOOR") == "1" {
+		fl := scaleRunFloor(t, ctx, nsvc)
+		floor = &fl
+		for _, tl := range fl.Tools {
+			scaleResult("[floor] %s: %.1f s (user %.1f s, system %.1f s)", tl.Name, tl.Wall, tl.User, tl.Sys)
+		}
 	}
 	load1, _ := os.ReadFile("/proc/loadavg")
 	scaleResult("load average at the end %s", strings.Join(strings.Fields(string(load1))[:3], " "))
-	if len(all) == 2 {
+	if len(all) == 2 && all[1].name == colUpstream && all[0].name == colOurs {
 		scaleCompare(all[1], all[0], nsvc, rulesBackend == "nftables")
 	}
+	scaleCompareAll(all, floor, nsvc)
+	scaleWriteJSON(t, all, floor, nsvc, nchanges, fmt.Sprintf("accel %s, %s vCPUs, %s MiB, kernel %s", accel, cpuf[1], cpuf[2], cpuf[3]),
+		strings.Join(strings.Fields(string(load0))[:3], " ")+" / "+strings.Join(strings.Fields(string(load1))[:3], " "))
 	for _, f := range all {
-		if f.name != "ours" || len(f.lat) == 0 {
+		if isUpstream(f.name) || len(f.lat) == 0 {
 			continue
 		}
 		if m := scaleMax(f.lat); changeMax > 0 && m > changeMax {
@@ -514,7 +539,11 @@ func scaleHostCPU() string {
 func scaleRunProxy(t *testing.T, ctx context.Context, client kubernetes.Interface, p *vmKubeProxy, r int, svcs []framework.BulkService, nchanges int, config, syncPeriod string) *scaleFigures {
 	t.Helper()
 	nsvc := len(svcs)
-	f := &scaleFigures{name: p.name, startSets: map[string]time.Duration{}}
+	f := &scaleFigures{name: p.name, startSets: map[string]time.Duration{}, rulesBackend: p.rulesBackend}
+	upNFT := p.name == colUpstreamNFT
+	if !isUpstream(p.name) && f.rulesBackend == "" {
+		f.rulesBackend = "iptables"
+	}
 	say := func(format string, args ...any) { scaleResult("["+p.name+"] "+format, args...) }
 
 	// What IPVS must hold: every Service's current endpoints.
@@ -538,6 +567,13 @@ func scaleRunProxy(t *testing.T, ctx context.Context, client kubernetes.Interfac
 	if nft {
 		iptText = "" // no iptables rule to wait for: the table's sets are the rules' part
 	}
+	allArg := []string{"-all", "/tmp/scale-want.txt"}
+	if upNFT {
+		// Upstream's nftables mode writes its whole ruleset in one transaction: the
+		// service-ips map complete is everything there (checked below).
+		allArg, iptText = nil, ""
+		setsArg = []string{fmt.Sprintf("nftset:%s/service-ips=%d", upstreamNFTTable, nsvc)}
+	}
 	programTimeout := scaleProgramTimeout
 	if v := os.Getenv("KPI_SCALE_PROGRAM_TIMEOUT"); v != "" {
 		d, err := time.ParseDuration(v)
@@ -549,9 +585,9 @@ func scaleRunProxy(t *testing.T, ctx context.Context, client kubernetes.Interfac
 	startMarker := fmt.Sprintf("/tmp/scale-start-%s.started", p.name)
 	wctx, cancel := context.WithTimeout(ctx, programTimeout+30*time.Second)
 	defer cancel()
-	done := scaleVMWait(wctx, startMarker, "-all", "/tmp/scale-want.txt",
+	done := scaleVMWait(wctx, startMarker, append(allArg, "-cpu-exe", p.bin,
 		"-interval", scaleStartPoll.String(), "-timeout", programTimeout.String(),
-		"-sets", strings.Join(setsArg, ","), "-iptables", iptText, "-slow-interval", scaleSlowPoll.String())
+		"-sets", strings.Join(setsArg, ","), "-iptables", iptText, "-slow-interval", scaleSlowPoll.String())...)
 	markerSeen := scaleWaitMarker(t, ctx, startMarker)
 
 	cleaned := false
@@ -616,7 +652,8 @@ wait:
 		}
 	}
 	f.startAll = res.at.Sub(t0)
-	if res.err != nil && (p.name != "upstream" || !p.running(ctx)) {
+	f.cpu = scaleParseCPU(res.out)
+	if res.err != nil && (!isUpstream(p.name) || !p.running(ctx)) {
 		t.Fatalf("%s: not everything programmed %s after kube-proxy started: %v\n%s", p.name, programTimeout, res.err, res.out)
 	}
 	// The poller's clock started a little before kube-proxy: its times minus
@@ -651,9 +688,9 @@ wait:
 		if f.startIPVS > 0 {
 			had = append(had, "IPVS complete at "+scaleSecs(f.startIPVS))
 		}
-		for _, s := range scaleWatchedSets(nsvc, nft) {
-			if d := f.startSets[s.name]; d > 0 {
-				had = append(had, fmt.Sprintf("%s complete at %s", s.name, scaleSecs(d)))
+		for name, d := range f.startSets {
+			if d > 0 {
+				had = append(had, fmt.Sprintf("%s complete at %s", name, scaleSecs(d)))
 			}
 		}
 		if f.startIPT > 0 {
@@ -665,8 +702,8 @@ wait:
 		if len(progress) > 8 { // upstream programs a few Services a second
 			progress = append(append(progress[:3:3], "..."), progress[len(progress)-3:]...)
 		}
-		say("NOT everything programmed %s after the start (%v); it had: %s; progress: %s; no changes or resyncs measured (still in its first sync); memory then: RSS %.0f MiB, peak %.0f MiB",
-			programTimeout, res.err, strings.Join(had, ", "), strings.Join(progress, "; "), f.rss, f.hwm)
+		say("NOT everything programmed %s after the start (%v); it had: %s; progress: %s; no changes or resyncs measured (still in its first sync); memory then: RSS %.0f MiB, peak %.0f MiB; CPU by then: %s",
+			programTimeout, res.err, strings.Join(had, ", "), strings.Join(progress, "; "), f.rss, f.hwm, f.cpu)
 		return f
 	}
 	afterStart, afterStartText := scaleReadSyncs(t, ctx)
@@ -686,15 +723,49 @@ wait:
 		}
 	}
 	f.firstSync = afterStartText
+	if _, sum, ok := framework.HistogramSummaryOf(scaleMetricsPage(t, ctx), "kubeproxy_sync_full_proxy_rules_duration_seconds", `ip_family="IPv4"`); ok {
+		f.startFull = time.Duration(sum * float64(time.Second))
+	} else if afterStart.fullOK {
+		f.startFull = time.Duration(afterStart.fullSum * float64(time.Second))
+	} else {
+		f.startFull = time.Duration(afterStart.allSum * float64(time.Second)) // upstream ipvs: every sync is full
+	}
 
 	// Exactly what the API says, for every Service.
-	table, err := vm.Sh(ctx, "ipvsadm -Ln")
-	if err != nil {
-		t.Fatal(err)
+	var table string
+	if upNFT {
+		// Every endpoint's chain, by name, in upstream's table.
+		out, err := vm.Sh(ctx, "nft list chains "+strings.Replace(upstreamNFTTable, "/", " ", 1)+" | awk '$1 == \"chain\" && $2 ~ /^endpoint-/ {print $2}'")
+		if err != nil {
+			t.Fatal(err)
+		}
+		have := map[string]bool{}
+		for _, c := range strings.Fields(out) {
+			have[c] = true
+		}
+		var missing []string
+		for _, b := range svcs {
+			for _, ep := range b.Slice.Endpoints {
+				if c := upstreamNFTEndpointChain(scaleNS, b.Service.Name, "tcp", "http", ep.Addresses[0], 8080); !have[c] {
+					missing = append(missing, c)
+				}
+			}
+		}
+		if len(missing) > 0 {
+			t.Fatalf("%s: %d of %d endpoint chains missing in table %s, e.g. %q", p.name, len(missing), nsvc*scaleEndpoints, upstreamNFTTable, missing[:min(3, len(missing))])
+		}
+	} else {
+		var err error
+		if table, err = vm.Sh(ctx, "ipvsadm -Ln"); err != nil {
+			t.Fatal(err)
+		}
 	}
 	ipvs := framework.ParseIPVSTable(table)
 	var wrong []string
 	for _, b := range svcs {
+		if upNFT {
+			break
+		}
 		var want []string
 		for _, ep := range b.Slice.Endpoints {
 			want = append(want, ep.Addresses[0]+":8080 Masq 1")
@@ -715,10 +786,15 @@ wait:
 	if nft {
 		iptFigure = "rules backend nftables (no iptables rule)"
 	}
+	if upNFT {
+		setTimes = []string{fmt.Sprintf("map %s/service-ips (>= %d elements) %s, every endpoint chain there", upstreamNFTTable, nsvc, scaleSecs(f.startSets[strings.TrimSuffix(setsArg[0], fmt.Sprintf("=%d", nsvc))]))}
+		iptFigure = "no IPVS (upstream's nftables mode)"
+	}
 	say("start to all programmed: %s (host clock, kube-proxy start to the poller's answer); IPVS all %d virtual servers x %d real servers %s; %s; %s",
 		scaleSecs(f.startAll), nsvc, scaleEndpoints, scaleSecs(f.startIPVS), strings.Join(setTimes, "; "), iptFigure)
 	say("  IPVS progression (since kube-proxy start: Services complete): %s", strings.Join(progress, "; "))
 	say("  daemon's view after start-up: %s", afterStartText)
+	say("  CPU time from the start to everything programmed: %s; system CPU is %.0f %% of the start-up's wall time", f.cpu, 100*f.cpu.sys()/f.startAll.Seconds())
 
 	// Single-endpoint changes, spread over the Services.
 	var writes []time.Duration
@@ -730,8 +806,12 @@ wait:
 		newIP := scaleChangeIP(r, n)
 		marker := fmt.Sprintf("/tmp/scale-change-%s-%d.started", p.name, n)
 		cctx, ccancel := context.WithTimeout(ctx, scaleChangeTimeout+10*time.Second)
-		done := scaleVMWait(cctx, marker, "-vs", "TCP/"+b.VIP(), "-rs", newIP+":8080",
-			"-interval", scaleChangePoll.String(), "-timeout", scaleChangeTimeout.String())
+		waitArgs := []string{"-vs", "TCP/" + b.VIP(), "-rs", newIP + ":8080"}
+		if upNFT {
+			waitArgs = []string{"-nft-chain", upstreamNFTTable + "/" + upstreamNFTEndpointChain(scaleNS, b.Service.Name, "tcp", "http", newIP, 8080)}
+		}
+		done := scaleVMWait(cctx, marker, append(waitArgs,
+			"-interval", scaleChangePoll.String(), "-timeout", scaleChangeTimeout.String())...)
 		scaleWaitMarker(t, ctx, marker)
 		slice := b.Slice.DeepCopy()
 		old := slice.Endpoints[0].Addresses[0]
@@ -767,7 +847,21 @@ wait:
 	period, _ := time.ParseDuration(syncPeriod)
 	var afterChanges scaleSyncs
 	var afterChangesText string
-	err = framework.Eventually(ctx, period+3*time.Minute, 2*time.Second, func(ctx context.Context) error {
+	f.fullHow = "periodic full resyncs (every syncPeriod " + syncPeriod + "), from the daemon's full-sync histogram"
+	if !afterStart.fullOK {
+		f.fullHow = "periodic syncs (every syncPeriod " + syncPeriod + "; each is a full one), from the daemon's sync histogram"
+	}
+	if upNFT {
+		// Its periodic syncs are partial; the full one comes every hour. A change of
+		// the node's topology labels runs the same full sync now.
+		before, _, err := upstreamNFTFullSync(t, ctx, client, r)
+		if err != nil {
+			t.Fatalf("%s: %v", p.name, err)
+		}
+		afterStart = before
+		f.fullHow = "a full sync forced by a change of the node's zone label (it runs at start-up and every hour; its periodic syncs every " + syncPeriod + " are partial), from its full-sync histogram"
+	}
+	err := framework.Eventually(ctx, period+3*time.Minute, 2*time.Second, func(ctx context.Context) error {
 		afterChanges, afterChangesText = scaleReadSyncs(t, ctx)
 		n1, _ := afterStart.fullSyncs()
 		if n2, _ := afterChanges.fullSyncs(); n2 <= n1 {

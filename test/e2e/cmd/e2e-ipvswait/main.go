@@ -5,13 +5,17 @@
 //
 //	e2e-ipvswait -ready F -vs TCP/10.96.1.2:80 -rs 10.244.200.1:8080
 //	    until that real server (weight > 0) is on that virtual server
-//	e2e-ipvswait -ready F -all FILE [-sets NAME=N,...] [-iptables TEXT]
+//	e2e-ipvswait -ready F -nft-chain ip/kube-proxy/CHAIN
+//	    until that chain exists (upstream's nftables mode: an endpoint's chain)
+//	e2e-ipvswait -ready F [-all FILE] [-sets NAME=N,...] [-iptables TEXT]
 //	    until every line "TCP/VIP:PORT RS RS..." of FILE holds exactly those real
 //	    servers (weight > 0); prints "progress MS COMPLETE" whenever the count
 //	    changes and "ipvs MS" when all are. With -sets, also until each ipset
 //	    holds at least N members ("set NAME MS" when it does; a NAME
-//	    "nft:SET" is a set of the inet kube-proxy-ipvs table, read over
-//	    netlink); with -iptables,
+//	    "nft:SET" is a set of the inet kube-proxy-ipvs table, a NAME
+//	    "nftset:FAMILY/TABLE/SET" a set or map of any table, e.g.
+//	    nftset:ip/kube-proxy/service-ips, both read over netlink; without
+//	    -all, only the sets and the rules are waited for); with -iptables,
 //	    until `iptables-save -t nat` or `iptables-legacy-save -t nat` contains
 //	    TEXT ("iptables MS BACKEND"). Those two are
 //	    read by running ipset / iptables-save every -slow-interval (a process
@@ -22,6 +26,8 @@
 //
 // It touches the -ready file once its netlink socket is open, prints
 // "polls N MS" (poll count, ms since start) on success, and exits 1 on timeout.
+// With -cpu-exe PATH it prints, when it ends either way, "cpu PID UTIME STIME
+// CUTIME CSTIME" (clock ticks from /proc/PID/stat) of the process running PATH.
 package main
 
 import (
@@ -50,14 +56,24 @@ func main() {
 	setsFlag := flag.String("sets", "", "NAME=N,... ipsets to wait for (at least N members)")
 	iptablesText := flag.String("iptables", "", "text to wait for in iptables-save -t nat")
 	slowInterval := flag.Duration("slow-interval", time.Second, "time between ipset / iptables reads")
+	nftChain := flag.String("nft-chain", "", "FAMILY/TABLE/CHAIN to wait for")
+	cpuExe := flag.String("cpu-exe", "", "print the CPU time of the process running this executable at the end")
 	flag.Parse()
+	defer printCPU(*cpuExe)
 	slow, err := newSlowWaits(*setsFlag, *iptablesText, *slowInterval)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "e2e-ipvswait:", err)
 		os.Exit(1)
 	}
-	if err := run(*ready, *vsKey, *rsKey, *all, *interval, *timeout, slow); err != nil {
-		fmt.Fprintln(os.Stderr, "e2e-ipvswait:", err)
+	var err2 error
+	if *nftChain != "" {
+		err2 = runChain(*ready, *nftChain, *interval, *timeout)
+	} else {
+		err2 = run(*ready, *vsKey, *rsKey, *all, *interval, *timeout, slow)
+	}
+	if err2 != nil {
+		printCPU(*cpuExe)
+		fmt.Fprintln(os.Stderr, "e2e-ipvswait:", err2)
 		os.Exit(1)
 	}
 }
@@ -102,14 +118,14 @@ func realServers(ctx context.Context, c ipvs.Interface, vs *ipvs.VirtualServer) 
 
 func run(ready, vsKey, rsKey, all string, interval, timeout time.Duration, slow *slowWaits) error {
 	var wants []want
-	single := all == ""
+	single := all == "" && vsKey != ""
 	if single {
 		vs, err := parseVS(vsKey)
 		if err != nil {
 			return err
 		}
 		wants = []want{{vs: vs, rss: rsKey}}
-	} else {
+	} else if all != "" {
 		data, err := os.ReadFile(all)
 		if err != nil {
 			return err
@@ -145,7 +161,7 @@ func run(ready, vsKey, rsKey, all string, interval, timeout time.Duration, slow 
 	for {
 		polls++
 		var present map[string]bool
-		if !single {
+		if !single && len(wants) > 0 {
 			vss, err := c.GetVirtualServers(ctx)
 			if err != nil {
 				return err
@@ -170,7 +186,7 @@ func run(ready, vsKey, rsKey, all string, interval, timeout time.Duration, slow 
 			}
 		}
 		elapsed := time.Since(start).Milliseconds()
-		if !single && complete != last {
+		if !single && len(wants) > 0 && complete != last {
 			fmt.Printf("progress %d %d\n", elapsed, complete)
 			last = complete
 			if complete == len(wants) {
@@ -278,6 +294,13 @@ var nftRules nftables.Ruleset
 // setMembers is the "Number of entries" of `ipset list -t NAME`, or the element
 // count of the nftables set "nft:SET"; -1 when unknown.
 func setMembers(name string) int {
+	if key, ok := strings.CutPrefix(name, "nftset:"); ok {
+		i := strings.LastIndexByte(key, '/')
+		if i < 0 {
+			return -1
+		}
+		return nftTableSetMembers(key[:i], key[i+1:])
+	}
 	if set, ok := strings.CutPrefix(name, "nft:"); ok {
 		if nftRules == nil {
 			r, err := nftables.NewNetlink(nftables.Table{Family: nftables.FamilyInet, Name: "kube-proxy-ipvs"}, nil)
@@ -305,4 +328,31 @@ func setMembers(name string) int {
 		}
 	}
 	return -1
+}
+
+// runChain waits until the nftables chain key (FAMILY/TABLE/CHAIN) exists.
+func runChain(ready, key string, interval, timeout time.Duration) error {
+	if _, err := nftChainExists(key); err != nil {
+		return err
+	}
+	start := time.Now()
+	if ready != "" {
+		if err := os.WriteFile(ready, nil, 0o644); err != nil {
+			return err
+		}
+	}
+	for polls := 1; ; polls++ {
+		ok, err := nftChainExists(key)
+		if err != nil {
+			return err
+		}
+		if ok {
+			fmt.Printf("polls %d %d\n", polls, time.Since(start).Milliseconds())
+			return nil
+		}
+		if time.Since(start) > timeout {
+			return fmt.Errorf("timeout after %s and %d polls: no chain %s", timeout, polls, key)
+		}
+		time.Sleep(interval)
+	}
 }

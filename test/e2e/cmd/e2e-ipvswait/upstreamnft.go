@@ -1,0 +1,133 @@
+package main
+
+// What the scale benchmark reads beside IPVS (issue 31): the tables of
+// upstream kube-proxy's nftables mode ("ip kube-proxy"), read over netlink,
+// and the CPU time the measured daemon has used.
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	gnft "github.com/google/nftables"
+)
+
+// nftTableOf parses "ip/kube-proxy" (FAMILY/TABLE, family ip, ip6 or inet).
+func nftTableOf(s string) (*gnft.Table, error) {
+	fam, name, ok := strings.Cut(s, "/")
+	if !ok || name == "" {
+		return nil, fmt.Errorf("nftables table %q: want FAMILY/NAME", s)
+	}
+	t := &gnft.Table{Name: name}
+	switch fam {
+	case "ip":
+		t.Family = gnft.TableFamilyIPv4
+	case "ip6":
+		t.Family = gnft.TableFamilyIPv6
+	case "inet":
+		t.Family = gnft.TableFamilyINet
+	default:
+		return nil, fmt.Errorf("nftables table %q: family %q is not ip, ip6 or inet", s, fam)
+	}
+	return t, nil
+}
+
+var nftConn *gnft.Conn
+
+func nftConnection() (*gnft.Conn, error) {
+	if nftConn != nil {
+		return nftConn, nil
+	}
+	c, err := gnft.New(gnft.AsLasting())
+	if err != nil {
+		return nil, err
+	}
+	nftConn = c
+	return c, nil
+}
+
+// nftTableSetMembers is the element count of set or map name of table
+// ("ip/kube-proxy"), -1 when it cannot be read (not there yet).
+func nftTableSetMembers(table, name string) int {
+	t, err := nftTableOf(table)
+	if err != nil {
+		return -1
+	}
+	c, err := nftConnection()
+	if err != nil {
+		return -1
+	}
+	s, err := c.GetSetByName(t, name)
+	if err != nil {
+		return -1
+	}
+	elems, err := c.GetSetElements(s)
+	if err != nil {
+		return -1
+	}
+	n := 0
+	for _, e := range elems {
+		if !e.IntervalEnd {
+			n++
+		}
+	}
+	return n
+}
+
+// nftChainExists reports whether "FAMILY/TABLE/CHAIN" is in the kernel.
+func nftChainExists(key string) (bool, error) {
+	fam, rest, _ := strings.Cut(key, "/")
+	table, chain, ok := strings.Cut(rest, "/")
+	if !ok {
+		return false, fmt.Errorf("nftables chain %q: want FAMILY/TABLE/CHAIN", key)
+	}
+	t, err := nftTableOf(fam + "/" + table)
+	if err != nil {
+		return false, err
+	}
+	c, err := nftConnection()
+	if err != nil {
+		return false, err
+	}
+	_, err = c.ListChain(t, chain)
+	return err == nil, nil
+}
+
+// cpuTicks returns utime, stime, cutime and cstime (clock ticks, 100 a second
+// on Linux) of the process whose executable is exe; ok false if none runs.
+func cpuTicks(exe string) (t [4]int64, pid int, ok bool) {
+	dirs, _ := filepath.Glob("/proc/[0-9]*")
+	for _, d := range dirs {
+		if l, err := os.Readlink(d + "/exe"); err != nil || l != exe {
+			continue
+		}
+		data, err := os.ReadFile(d + "/stat")
+		if err != nil {
+			continue
+		}
+		// Fields after the command's closing parenthesis: state is field 3, utime 14.
+		s := string(data)
+		f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+		if len(f) < 15 {
+			continue
+		}
+		for i := range t {
+			t[i], _ = strconv.ParseInt(f[11+i], 10, 64)
+		}
+		pid, _ = strconv.Atoi(filepath.Base(d))
+		return t, pid, true
+	}
+	return t, 0, false
+}
+
+// printCPU prints "cpu PID UTIME STIME CUTIME CSTIME" (ticks) of exe's process.
+func printCPU(exe string) {
+	if exe == "" {
+		return
+	}
+	if t, pid, ok := cpuTicks(exe); ok {
+		fmt.Printf("cpu %d %d %d %d %d\n", pid, t[0], t[1], t[2], t[3])
+	}
+}
