@@ -1,33 +1,48 @@
 #!/usr/bin/env bash
-# Scale benchmarks of issue 8 (`make bench`): the proxier over the fake kernel at
-# 1k/10k/50k Services (full sync, one-endpoint change with kernel operations,
-# steady-state heap) and the in-process informer-to-kernel churn at 10k Services.
-# Writes the raw `go test -bench` output and a markdown table to _output/bench/ and
-# the plot to docs/sync-scaling.png. About 6-8 minutes on 2 cores.
-# Then the scale run in the real-kernel VM (test/e2e/scale_test.go, as root):
-# 1,000 Services x 4 endpoints, upstream kube-proxy v1.37.2 (ipvs mode) and ours
-# one after the other on the same objects: start to all programmed (IPVS, each
-# ipset, iptables), periodic full resync, 20 single-endpoint changes from API
-# write to IPVS, RSS, printed side by side with ratios; then the IPVS bulk-read
-# benchmark; results in _output/bench/vm.txt. 20-40 min under TCG when the e2e
-# caches are warm (~30 min more cold: kube-apiserver and upstream kube-proxy).
-#   BENCH_SIZES=1000,10000   fewer Service counts (default 1000,10000,50000)
-#   CHURN_SECONDS=10         churn duration per run (default 15)
-#   BENCH_VM=0               leave the VM run out (it needs root, qemu, ~2 GiB)
-#   BENCH_VM_SERVICES=N      Services of the VM comparison (default 1000)
-#   BENCH_VM_SIZES="100 300 1000"  compare at each of these sizes (default
-#                            BENCH_VM_SERVICES); with the 10k run they make the plot
-#                            docs/vm-scaling.png and the table _output/bench/vm-table.md
-#   BENCH_VM_10K=1           also compare at 10,000 Services x 10 (VM of 4 GiB):
-#                            upstream is then stopped at KPI_SCALE_PROGRAM_TIMEOUT
-#                            (default 15m) and reported as "not after" it
-#   BENCH_FAKE=0             leave the fake-kernel benchmarks out (only the VM run)
-#   BENCH_VM_NFT=0           leave out the run of ours with --ipvs-rules-backend=nftables
+# Scale benchmarks (`make bench`; issues 8, 15 and 31). Never part of `make test`.
+#
+# First the proxier over the fake kernel at 1k/10k/50k Services (full sync,
+# one-endpoint change with kernel operations, steady-state heap) and the
+# in-process informer-to-kernel churn at 10k Services: the raw `go test -bench`
+# output and a markdown table in _output/bench/, the plot docs/sync-scaling.png.
+# About 6-8 minutes on 2 cores.
+#
+# Then the comparison in the real-kernel VM (test/e2e/scale_test.go, as root), one
+# run per Service count, each on the same objects in the same VM, one daemon after
+# the other: upstream kube-proxy v1.37.2 --proxy-mode=ipvs, the same binary
+# --proxy-mode=nftables, ours with the iptables rules backend and ours with the
+# nftables rules backend; then the kernel's own tools writing the same content
+# (ipvsadm -R, ip -batch, ipset restore, nft -f). For each daemon, read from the
+# kernel: start to everything programmed, its user and system CPU time by then
+# (/proc/PID/stat, with its child processes), the start-up and a later full sync,
+# 20 one-endpoint changes from API write to the kernel (p50/p99/max), RSS. Each
+# run prints a SCALE-CMP table and SCALE-RATIO lines (ours / upstream, ours / the
+# tools, the kernel's share of our start-up) and writes _output/bench/vm-N.json;
+# hack/bench-report.py makes the table _output/bench/vm-table.md and the plot
+# docs/bench-vm.svg from them. Under TCG: ~25 min at 1,000 Services (upstream's
+# ipvs mode takes ~13 min of it), ~40 min at 10,000.
+#
+#   BENCH_SIZES=1000,10000     Service counts of the VM runs (default 1000,10000)
+#                              and of the fake-kernel benchmarks (default
+#                              1000,10000,50000); at most 60000 (the /16 Service range)
+#   BENCH_PROXIES=...          columns, in this order (default
+#                              upstream,upstream-nftables,ours,ours-nftables)
+#   BENCH_ENDPOINTS=4          endpoints per Service (default 4)
+#   BENCH_BOUND=15m            start-up bound: upstream is reported "not after" it,
+#                              ours fails past it (KPI_SCALE_PROGRAM_TIMEOUT)
+#   BENCH_FLOOR=0              leave the kernel tools' floor out
+#   KPI_VM_MEM=MiB             VM memory (default 2048 up to 2,000 Services,
+#                              4096 up to 20,000, 8192 above)
+#   CHURN_SECONDS=10           churn duration of the fake-kernel run (default 15)
+#   BENCH_VM=0                 leave the VM runs out (they need root, qemu, 2-8 GiB)
+#   BENCH_FAKE=0               leave the fake-kernel benchmarks out (only the VM runs)
+#   BENCH_GETALL=0             leave out the in-VM IPVS bulk-read benchmark
 set -euo pipefail
 cd "$(dirname "$0")/.."
 GO=${GO:-go}
 out=_output/bench
 mkdir -p "$out"
+vm_sizes=${BENCH_SIZES:-1000,10000}
 export BENCH_SIZES=${BENCH_SIZES:-1000,10000,50000}
 
 bench() { # file pattern benchtime package
@@ -59,64 +74,67 @@ if [[ $(id -u) -ne 0 ]]; then
   echo "!!! the in-VM scale run needs root (qemu, the e2e testbed): run as root or set BENCH_VM=0" >&2
   exit 1
 fi
-# Side by side (issue 15): upstream kube-proxy v1.37.2 in ipvs mode and ours on the
-# same objects in the same VM, syncPeriod 30s (upstream's default), 20 changes.
-# BENCH_VM_SIZES / BENCH_VM_SERVICES (default 1000) set the sizes; BENCH_VM_10K=1
-# adds a run at 10,000 Services x 10 endpoints (KPI_VM_MEM 4096; BENCH_VM_10K_PROXIES,
-# default ours,upstream: upstream would take hours there under TCG, so it is
-# measured as far as it gets in KPI_SCALE_PROGRAM_TIMEOUT).
-vmrun() { # log services mem endpoints proxies [rules-backend]
-  mkdir -p "$out/logs-$2${6:+-$6}"
-  echo ">>> VM comparison at $2 Services x $4 endpoints ($5${6:+, ours with the $6 rules backend}) -> $out/$1" >&2
-  KPI_SCALE_LOG_DIR=$PWD/$out/logs-$2${6:+-$6} KPI_SCALE_RULES_BACKEND=${6:-} KPI_VM_MEM=$3 KPI_SCALE_SERVICES=$2 KPI_SCALE_ENDPOINTS=$4 KPI_SCALE_PROXIES=$5 KPI_SCALE_CHANGES=20 KPI_SCALE_SYNC_PERIOD=30s \
-    CGO_ENABLED=0 $GO test -tags e2e,e2escale -count=1 -v -timeout 180m -run '^TestScaleVM$' ./test/e2e/ 2>&1 | tee "$out/$1"
-}
-vmcmd="KPI_VM_MEM=2048 KPI_SCALE_SERVICES=N KPI_SCALE_PROXIES=ours,upstream KPI_SCALE_CHANGES=20 KPI_SCALE_SYNC_PERIOD=30s go test -tags e2e,e2escale -count=1 -v -timeout 180m -run '^TestScaleVM\$' ./test/e2e/"
+# One TestScaleVM run per size with every column of BENCH_PROXIES and the floor.
+proxies=${BENCH_PROXIES:-upstream,upstream-nftables,ours,ours-nftables}
+endpoints=${BENCH_ENDPOINTS:-4}
+bound=${BENCH_BOUND:-15m}
+commit=$(git rev-parse --short HEAD 2>/dev/null || echo '?')
+if [[ -n $(git status --porcelain -- cmd pkg go.mod go.sum 2>/dev/null) ]]; then
+  commit="$commit+uncommitted"
+fi
+vmcmd="KPI_VM_MEM=MEM KPI_SCALE_SERVICES=N KPI_SCALE_ENDPOINTS=$endpoints KPI_SCALE_PROXIES=$proxies KPI_SCALE_FLOOR=${BENCH_FLOOR:-1} KPI_SCALE_CHANGES=20 KPI_SCALE_SYNC_PERIOD=30s KPI_SCALE_PROGRAM_TIMEOUT=$bound KPI_SCALE_JSON=_output/bench/vm-N.json go test -tags e2e,e2escale -count=1 -v -timeout 300m -run '^TestScaleVM\$' ./test/e2e/"
 echo ">>> VM scale runs: test/e2e/lib/prepare.sh && $vmcmd -> $out/vm.txt" >&2
 accel=$(test/e2e/lib/prepare.sh)
 test/e2e/lib/build-tools.sh >/dev/null # upstream kube-proxy
 # The harness runs bin/kube-proxy as it finds it: build it from this tree.
 CGO_ENABLED=0 $GO build -o bin/kube-proxy ./cmd/kube-proxy
-rm -f "$out/vm.txt" "$out"/vm-*.log
+rm -f "$out/vm.txt" "$out"/vm-*.log "$out"/vm-*.json
 logs=()
-sweep=()
-for n in ${BENCH_VM_SIZES:-${BENCH_VM_SERVICES:-1000}}; do
-  vmrun "vm-$n.log" "$n" "${KPI_VM_MEM:-2048}" 4 ours,upstream
-  logs+=("$out/vm-$n.log")
-  sweep+=("$out/vm-$n.log")
-done
-n=${BENCH_VM_SERVICES:-1000}
-# Ours with the nftables rules backend (issue 16) on the same workload.
-if [[ ${BENCH_VM_NFT:-1} == 1 ]]; then
-  vmrun "vm-$n-nftables.log" "$n" "${KPI_VM_MEM:-2048}" 4 ours nftables
-  logs+=("$out/vm-$n-nftables.log")
-fi
-if [[ ${BENCH_VM_10K:-0} == 1 ]]; then
-  vmrun vm-10000.log 10000 "${KPI_VM_MEM_10K:-4096}" 10 "${BENCH_VM_10K_PROXIES:-ours,upstream}"
-  logs+=("$out/vm-10000.log")
-  sweep+=("$out/vm-10000.log")
-  if [[ ${BENCH_VM_NFT:-1} == 1 ]]; then
-    vmrun vm-10000-nftables.log 10000 "${KPI_VM_MEM_10K:-4096}" 10 ours nftables
-    logs+=("$out/vm-10000-nftables.log")
+jsons=()
+failed=()
+for n in ${vm_sizes//,/ }; do
+  mem=${KPI_VM_MEM:-}
+  if [[ -z $mem ]]; then
+    if ((n <= 2000)); then mem=2048; elif ((n <= 20000)); then mem=4096; else mem=8192; fi
   fi
-fi
+  mkdir -p "$out/logs-$n"
+  echo ">>> $(date -u +%T) VM comparison at $n Services x $endpoints endpoints ($proxies, floor ${BENCH_FLOOR:-1}, VM $mem MiB, bound $bound) -> $out/vm-$n.log" >&2
+  if ! KPI_SCALE_LOG_DIR=$PWD/$out/logs-$n KPI_SCALE_JSON=$PWD/$out/vm-$n.json KPI_SCALE_COMMIT=$commit KPI_VM_MEM=$mem \
+    KPI_SCALE_SERVICES=$n KPI_SCALE_ENDPOINTS=$endpoints KPI_SCALE_PROXIES=$proxies KPI_SCALE_FLOOR=${BENCH_FLOOR:-1} \
+    KPI_SCALE_CHANGES=20 KPI_SCALE_SYNC_PERIOD=30s KPI_SCALE_PROGRAM_TIMEOUT=$bound \
+    CGO_ENABLED=0 $GO test -tags e2e,e2escale -count=1 -v -timeout 300m -run '^TestScaleVM$' ./test/e2e/ > "$out/vm-$n.log" 2>&1; then
+    failed+=("$n")
+    echo "!!! the VM run at $n Services FAILED (a bound of ours, or the harness): see $out/vm-$n.log" >&2
+  fi
+  grep -E '^SCALE-(VM|CMP|RATIO):|^--- ' "$out/vm-$n.log" >&2 || true
+  logs+=("$out/vm-$n.log")
+  [[ -s $out/vm-$n.json ]] && jsons+=("$out/vm-$n.json")
+done
 # The kernel layer: IPVS read in bulk (GetAll) against one destination dump per
 # virtual server, 10,000 x 4, in the VM.
-echo ">>> VM kernel benchmark: BenchmarkVMGetAll -> $out/vm-getall.txt" >&2
-CGO_ENABLED=0 $GO test -c -tags vmtest -o "$out/ipvs-vm.test" ./pkg/util/ipvs
-test/e2e/vm/run-in-vm.sh "$PWD/$out/ipvs-vm.test" -test.run '^$' -test.bench BenchmarkVMGetAll -test.benchtime 1x | tee "$out/vm-getall.txt"
+if [[ ${BENCH_GETALL:-1} == 1 ]]; then
+  echo ">>> VM kernel benchmark: BenchmarkVMGetAll -> $out/vm-getall.txt" >&2
+  CGO_ENABLED=0 $GO test -c -tags vmtest -o "$out/ipvs-vm.test" ./pkg/util/ipvs
+  test/e2e/vm/run-in-vm.sh "$PWD/$out/ipvs-vm.test" -test.run '^$' -test.bench BenchmarkVMGetAll -test.benchtime 1x | tee "$out/vm-getall.txt"
+fi
 {
-  echo "# $(date -u +%FT%TZ) commit $(git rev-parse --short HEAD 2>/dev/null || echo '?'), qemu $accel"
+  echo "# $(date -u +%FT%TZ) commit $commit, qemu $accel"
   echo "# $vmcmd (after test/e2e/lib/prepare.sh)"
   for l in "${logs[@]}"; do
     echo "# $l"
-    grep -E '^SCALE-(VM|CMP):' "$l"
+    grep -E '^SCALE-(VM|CMP|RATIO):' "$l" || true
   done
-  grep -E '^BenchmarkVMGetAll' "$out/vm-getall.txt"
+  [[ -f $out/vm-getall.txt ]] && grep -E '^BenchmarkVMGetAll' "$out/vm-getall.txt"
 } > "$out/vm.txt"
-# Start-up and change latency against Service count, upstream and ours.
-$GO run ./test/scale/cmd/benchplot -vm -table "$out/vm-table.md" -png docs/vm-scaling.png "${sweep[@]}"
-cat "$out/vm-table.md" >> "$out/vm.txt"
+# The table and the plot of docs/PERFORMANCE.md.
+if ((${#jsons[@]} > 0)); then
+  python3 hack/bench-report.py -table "$out/vm-table.md" -svg docs/bench-vm.svg "${jsons[@]}"
+  cat "$out/vm-table.md" >> "$out/vm.txt"
+fi
 echo >&2
 cat "$out/vm.txt"
-echo "VM runs: $out/vm.txt (full logs ${logs[*]})" >&2
+echo "VM runs: $out/vm.txt (full logs ${logs[*]}; JSON ${jsons[*]})" >&2
+if ((${#failed[@]} > 0)); then
+  echo "!!! failed at: ${failed[*]} Services" >&2
+  exit 1
+fi

@@ -464,7 +464,7 @@ func TestScaleVM(t *testing.T) {
 	scaleResult("VM: accel %s (cpu %q), %s vCPUs, %s MiB, kernel %s", accel, cpuf[0], cpuf[1], cpuf[2], cpuf[3])
 	scaleResult("objects: %d ClusterIP Services (1 TCP port) x %d endpoints on this node, one EndpointSlice each, written in %s (%d client goroutines, QPS 500) before any kube-proxy started",
 		nsvc, scaleEndpoints, scaleSecs(created), scaleWorkers)
-	scaleResult("config: framework.KubeProxyConfig(\"\"): mode ipvs, scheduler rr, syncPeriod %s, minSyncPeriod 0s; the same file for every kube-proxy", syncPeriod)
+	scaleResult("config: framework.KubeProxyConfig(\"\"): mode ipvs, scheduler rr, syncPeriod %s, minSyncPeriod 0s; the same file for every kube-proxy (upstream-nftables: mode nftables and an nftables section with the same periods)", syncPeriod)
 	scaleResult("resolution: a no-op agent exec round trip takes %s (median of %d); IPVS polled every %s at start-up and %s per change, ipsets and iptables every %s",
 		scaleMs(rtt), len(rtts), scaleStartPoll, scaleChangePoll, scaleSlowPoll)
 
@@ -621,7 +621,11 @@ func scaleRunProxy(t *testing.T, ctx context.Context, client kubernetes.Interfac
 		// Leave the node as the next run and the other scenarios expect it:
 		// nothing (our --cleanup also removes upstream's ipvs-mode state).
 		s := time.Now()
-		r, err := vm.Exec(ctx, "/kpi/bin/kube-proxy", "--cleanup", "--config=/kpi/kube-proxy/config.yaml", "--v=0")
+		// Ours' config: the file the daemon ran with may be upstream's nftables mode.
+		if err := vm.WriteFile(ctx, "/tmp/scale-cleanup-config.yaml", []byte(framework.KubeProxyConfig("")), 0o644); err != nil {
+			t.Errorf("writing the cleanup config: %v", err)
+		}
+		r, err := vm.Exec(ctx, "/kpi/bin/kube-proxy", "--cleanup", "--config=/tmp/scale-cleanup-config.yaml", "--v=0")
 		if err != nil || r.ExitCode != 0 {
 			t.Errorf("kube-proxy --cleanup: %v exit %d %s", err, r.ExitCode, r.Stderr)
 		}
@@ -735,7 +739,7 @@ wait:
 	var table string
 	if upNFT {
 		// Every endpoint's chain, by name, in upstream's table.
-		out, err := vm.Sh(ctx, "nft list chains "+strings.Replace(upstreamNFTTable, "/", " ", 1)+" | awk '$1 == \"chain\" && $2 ~ /^endpoint-/ {print $2}'")
+		out, err := vm.Sh(ctx, "set -o pipefail; nft list chains ip | awk '$1 == \"table\" {t = $3} t == \"kube-proxy\" && $1 == \"chain\" && $2 ~ /^endpoint-/ {print $2}'")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -752,7 +756,9 @@ wait:
 			}
 		}
 		if len(missing) > 0 {
-			t.Fatalf("%s: %d of %d endpoint chains missing in table %s, e.g. %q", p.name, len(missing), nsvc*scaleEndpoints, upstreamNFTTable, missing[:min(3, len(missing))])
+			some := strings.Fields(out)
+			t.Fatalf("%s: %d of %d endpoint chains missing in table %s, e.g. %q; it has %d, e.g. %q", p.name, len(missing), nsvc*scaleEndpoints, upstreamNFTTable,
+				missing[:min(3, len(missing))], len(some), some[:min(3, len(some))])
 		}
 	} else {
 		var err error
