@@ -211,53 +211,9 @@ func newSliceInfo(slice *discovery.EndpointSlice, svc types.NamespacedName, fami
 
 	addrs := make([]Endpoint, 0, len(slice.Endpoints)) // one per usable address
 	for i := range slice.Endpoints {
-		ep := &slice.Endpoints[i]
-		if len(ep.Addresses) == 0 {
-			logger.Info("Ignoring endpoint without addresses")
-			continue
+		if addr, ok := endpointOf(&slice.Endpoints[i], family, nodeName, logger); ok {
+			addrs = append(addrs, addr)
 		}
-		// Only the first address is used; the API reserves the others.
-		ip := netutils.ParseIPSloppy(ep.Addresses[0])
-		if ip == nil {
-			logger.Info("Ignoring endpoint with invalid address", "address", ep.Addresses[0])
-			continue
-		}
-		if ipFamilyOf(ip) != family {
-			logger.Info("Ignoring endpoint whose address does not match the slice's family", "address", ep.Addresses[0])
-			continue
-		}
-		text := ep.Addresses[0]
-		if a, err := netip.ParseAddr(text); err != nil || !a.Is4() {
-			// Already canonical IPv4 text is shared with the object; anything else
-			// (IPv6, or IPv4 with leading zeros) is rewritten.
-			text = canonicalIP(ip).String()
-		}
-		addr := Endpoint{
-			IP: text,
-			// Nil conditions default as the API documents them.
-			Ready:       ep.Conditions.Ready == nil || *ep.Conditions.Ready,
-			Serving:     ep.Conditions.Serving == nil || *ep.Conditions.Serving,
-			Terminating: ep.Conditions.Terminating != nil && *ep.Conditions.Terminating,
-		}
-		if ep.NodeName != nil {
-			addr.IsLocal = nodeName != "" && *ep.NodeName == nodeName
-		}
-		if ep.Hints != nil && (len(ep.Hints.ForZones) > 0 || len(ep.Hints.ForNodes) > 0) {
-			addr.Hints = &EndpointHints{}
-			for _, z := range ep.Hints.ForZones {
-				if addr.Hints.Zones == nil {
-					addr.Hints.Zones = sets.New[string]()
-				}
-				addr.Hints.Zones.Insert(z.Name)
-			}
-			for _, n := range ep.Hints.ForNodes {
-				if addr.Hints.Nodes == nil {
-					addr.Hints.Nodes = sets.New[string]()
-				}
-				addr.Hints.Nodes.Insert(n.Name)
-			}
-		}
-		addrs = append(addrs, addr)
 	}
 
 	info.endpoints = make([][]*Endpoint, len(info.ports))
@@ -275,6 +231,69 @@ func newSliceInfo(slice *discovery.EndpointSlice, svc types.NamespacedName, fami
 		info.endpoints[i] = out
 	}
 	return info
+}
+
+// endpointOf is ep as the proxier of family on nodeName uses it (its port is set by
+// the caller), or false when it cannot be used.
+func endpointOf(ep *discovery.Endpoint, family v1.IPFamily, nodeName string, logger sliceLogger) (Endpoint, bool) {
+	if len(ep.Addresses) == 0 {
+		logger.Info("Ignoring endpoint without addresses")
+		return Endpoint{}, false
+	}
+	// Only the first address is used; the API reserves the others.
+	a, ok := parseEndpointAddr(ep.Addresses[0])
+	if !ok {
+		logger.Info("Ignoring endpoint with invalid address", "address", ep.Addresses[0])
+		return Endpoint{}, false
+	}
+	if a.Is4() != (family == v1.IPv4Protocol) {
+		logger.Info("Ignoring endpoint whose address does not match the slice's family", "address", ep.Addresses[0])
+		return Endpoint{}, false
+	}
+	addr := Endpoint{
+		addr: a.As16(),
+		// Nil conditions default as the API documents them.
+		Ready:       ep.Conditions.Ready == nil || *ep.Conditions.Ready,
+		Serving:     ep.Conditions.Serving == nil || *ep.Conditions.Serving,
+		Terminating: ep.Conditions.Terminating != nil && *ep.Conditions.Terminating,
+	}
+	if ep.NodeName != nil {
+		addr.IsLocal = nodeName != "" && *ep.NodeName == nodeName
+	}
+	if ep.Hints != nil && (len(ep.Hints.ForZones) > 0 || len(ep.Hints.ForNodes) > 0) {
+		addr.Hints = &EndpointHints{}
+		for _, z := range ep.Hints.ForZones {
+			if addr.Hints.Zones == nil {
+				addr.Hints.Zones = sets.New[string]()
+			}
+			addr.Hints.Zones.Insert(z.Name)
+		}
+		for _, n := range ep.Hints.ForNodes {
+			if addr.Hints.Nodes == nil {
+				addr.Hints.Nodes = sets.New[string]()
+			}
+			addr.Hints.Nodes.Insert(n.Name)
+		}
+	}
+	return addr, true
+}
+
+// parseEndpointAddr parses an endpoint's address as the API validation of old
+// servers let it be written (IPv4 with leading zeros included), IPv4 and IPv4-mapped
+// IPv6 as IPv4; false when it is no address.
+func parseEndpointAddr(s string) (netip.Addr, bool) {
+	if a, err := netip.ParseAddr(s); err == nil {
+		if a.Zone() != "" {
+			return netip.Addr{}, false // net.ParseIP refuses a zone too
+		}
+		return a.Unmap(), true
+	}
+	ip := netutils.ParseIPSloppy(s)
+	if ip == nil {
+		return netip.Addr{}, false
+	}
+	a, _ := netip.AddrFromSlice(ip)
+	return a.Unmap(), true
 }
 
 // sortEndpoints sorts by String() and drops later copies of an endpoint listed twice

@@ -289,9 +289,9 @@ func checkEndpointsMap(t *testing.T, family v1.IPFamily, em EndpointsMap) {
 			t.Fatalf("%s: %v has an empty list", family, spn)
 		}
 		for i, ep := range eps {
-			ip := net.ParseIP(ep.IP)
-			if ip == nil || ipFamilyOf(ip) != family || ip.String() != ep.IP {
-				t.Fatalf("%s: %v: bad IP %q", family, spn, ep.IP)
+			ip := net.ParseIP(ep.IP())
+			if ip == nil || ipFamilyOf(ip) != family || ip.String() != ep.IP() {
+				t.Fatalf("%s: %v: bad IP %q", family, spn, ep.IP())
 			}
 			if ep.Port < 1 || ep.Port > 65535 {
 				t.Fatalf("%s: %v: bad port %d", family, spn, ep.Port)

@@ -4,6 +4,7 @@ package proxy
 
 import (
 	"net"
+	"net/netip"
 	"strings"
 	"testing"
 
@@ -20,7 +21,7 @@ type tep struct {
 }
 
 func (e tep) endpoint() *Endpoint {
-	ep := &Endpoint{IP: e.ip, Port: 80, Ready: e.ready, Serving: e.serving, Terminating: e.terminating, IsLocal: e.local}
+	ep := NewEndpoint(netip.MustParseAddr(e.ip), 80, e.local, e.ready, e.serving, e.terminating)
 	if e.zones != nil {
 		ep.Hints = &EndpointHints{Zones: sets.New(e.zones...)}
 	}
@@ -57,7 +58,7 @@ func epIPs(eps []*Endpoint) string {
 	}
 	var ips []string
 	for _, ep := range eps {
-		ips = append(ips, ep.IP)
+		ips = append(ips, ep.IP())
 	}
 	return strings.Join(ips, ",")
 }

@@ -6,6 +6,7 @@ package proxy
 import (
 	"fmt"
 	"net"
+	"net/netip"
 	"strconv"
 
 	v1 "k8s.io/api/core/v1"
@@ -76,11 +77,14 @@ func (s *ServicePortInfo) UsesLocalEndpoints() bool {
 }
 
 // Endpoint is one backend of a ServicePort, for one IP family. There are hundreds of
-// thousands of them in a large cluster, so it is kept to 32 bytes: the node and zone
-// names are not kept (IsLocal and the hints are all the proxier reads) and the rarely
-// present hints sit behind one pointer.
+// thousands of them in a large cluster, so it is kept to 32 bytes: the address is 16
+// bytes in place (its text took a string of its own besides the header), the node and
+// zone names are not kept (IsLocal and the hints are all the proxier reads) and the
+// rarely present hints sit behind one pointer.
 type Endpoint struct {
-	IP          string // canonical text form
+	// addr is the address, IPv4 in its IPv4-mapped form (an IPv6 endpoint is never
+	// IPv4-mapped: such an address is IPv4, see newSliceInfo).
+	addr        [16]byte
 	Port        int32
 	IsLocal     bool // on this node
 	Ready       bool
@@ -111,8 +115,22 @@ func (e *Endpoint) NodeHints() sets.Set[string] {
 	return e.Hints.Nodes
 }
 
+// NewEndpoint is an endpoint at addr and port with the given conditions (no hints).
+func NewEndpoint(addr netip.Addr, port int32, isLocal, ready, serving, terminating bool) *Endpoint {
+	return &Endpoint{addr: addr.Unmap().As16(), Port: port, IsLocal: isLocal, Ready: ready, Serving: serving, Terminating: terminating}
+}
+
+// Addr is the endpoint's address (IPv4 as 4 bytes).
+func (e *Endpoint) Addr() netip.Addr { return netip.AddrFrom16(e.addr).Unmap() }
+
+// Addr16 is the endpoint's address as 16 bytes, IPv4 in its IPv4-mapped form.
+func (e *Endpoint) Addr16() [16]byte { return e.addr }
+
+// IP is the address in its canonical text form.
+func (e *Endpoint) IP() string { return e.Addr().String() }
+
 // String is "ip:port".
-func (e *Endpoint) String() string { return net.JoinHostPort(e.IP, strconv.Itoa(int(e.Port))) }
+func (e *Endpoint) String() string { return net.JoinHostPort(e.IP(), strconv.Itoa(int(e.Port))) }
 
 // ServicePortMap maps each service port to its info.
 type ServicePortMap map[ServicePortName]*ServicePortInfo

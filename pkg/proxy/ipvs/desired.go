@@ -176,8 +176,8 @@ func (b *portBuilder) usableEndpoints() []*proxy.Endpoint {
 	all := b.sp.endpoints
 	endpoints := all
 	for i, ep := range all {
-		if reason := unusableEndpoint(ep.IP); reason != "" {
-			b.st.refused = append(b.st.refused, refusal{field: "endpoint", value: ep.IP, reason: reason})
+		if reason := unusableEndpoint(ep); reason != "" {
+			b.st.refused = append(b.st.refused, refusal{field: "endpoint", value: ep.IP(), reason: reason})
 			if len(endpoints) == len(all) {
 				endpoints = slices.Clone(all[:i])
 			}
@@ -196,10 +196,8 @@ func (b *portBuilder) hairpin() {
 		if !ep.IsLocal {
 			continue
 		}
-		if a, err := netip.ParseAddr(ep.IP); err == nil {
-			a = a.Unmap()
-			b.entries.Insert(rules.SourceMember(rules.LoopBack, a, b.proto, uint16(ep.Port), netip.PrefixFrom(a, a.BitLen())))
-		}
+		a := ep.Addr()
+		b.entries.Insert(rules.SourceMember(rules.LoopBack, a, b.proto, uint16(ep.Port), netip.PrefixFrom(a, a.BitLen())))
 	}
 }
 
@@ -390,7 +388,7 @@ func (b *portBuilder) healthCheck() {
 func realServersFor(bc *buildContext, svc *proxy.ServicePortInfo, chosen, all []*proxy.Endpoint, onlyLocal bool) []desiredRS {
 	rss := make([]desiredRS, 0, len(chosen))
 	for _, ep := range chosen {
-		if k, ok := parseRSKey(ep.IP, int(ep.Port)); ok {
+		if k, ok := rsKeyOf(ep); ok {
 			rss = append(rss, desiredRS{key: k, weight: 1})
 		}
 	}
@@ -399,7 +397,7 @@ func realServersFor(bc *buildContext, svc *proxy.ServicePortInfo, chosen, all []
 			if !ep.Terminating || (onlyLocal && !ep.IsLocal) {
 				continue
 			}
-			if k, ok := parseRSKey(ep.IP, int(ep.Port)); ok {
+			if k, ok := rsKeyOf(ep); ok {
 				rss = append(rss, desiredRS{key: k, weight: 0})
 			}
 		}
@@ -443,13 +441,9 @@ func unusableAddress(ip net.IP) string {
 	return unusableReason(a.Unmap())
 }
 
-// unusableEndpoint is unusableAddress for an endpoint's canonical address text.
-func unusableEndpoint(ip string) string {
-	a, err := netip.ParseAddr(ip)
-	if err != nil {
-		return "not an IP address"
-	}
-	return unusableReason(a.Unmap())
+// unusableEndpoint is unusableAddress for an endpoint.
+func unusableEndpoint(ep *proxy.Endpoint) string {
+	return unusableReason(ep.Addr())
 }
 
 func unusableReason(a netip.Addr) string {

@@ -245,11 +245,11 @@ func explainEndpoints(eps []*proxy.Endpoint, desired []*desiredVS) ([]EndpointEx
 			return out, true
 		}
 		e := EndpointExplanation{Address: ep.String(), Local: ep.IsLocal, Ready: ep.Ready, Serving: ep.Serving, Terminating: ep.Terminating}
-		k, ok := parseRSKey(ep.IP, int(ep.Port))
+		k, ok := rsKeyOf(ep)
 		w, used := weights[k]
 		switch {
-		case !ok || unusableEndpoint(ep.IP) != "":
-			e.Why = "address not usable: " + unusableEndpoint(ep.IP)
+		case !ok || unusableEndpoint(ep) != "":
+			e.Why = "address not usable: " + unusableEndpoint(ep)
 		case used && w > 0:
 			e.Used, e.Why = true, "a real server"
 		case used:

@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"strconv"
 
+	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/proxy"
 	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/ipvs"
 )
 
@@ -80,14 +81,13 @@ func keyOfRS(ip net.IP, port uint16) rsKey {
 	return k
 }
 
-// parseRSKey turns an endpoint's canonical address text and port into a key without
-// allocating; ok is false for an address that does not parse.
-func parseRSKey(ip string, port int) (rsKey, bool) {
-	a, err := netip.ParseAddr(ip)
-	if err != nil || port <= 0 || port > 65535 {
+// rsKeyOf is the key of an endpoint's real server; ok is false for a port no real
+// server can have.
+func rsKeyOf(ep *proxy.Endpoint) (rsKey, bool) {
+	if ep.Port <= 0 || ep.Port > 65535 {
 		return rsKey{}, false
 	}
-	return rsKey{addr: a.As16(), port: uint16(port)}, true
+	return rsKey{addr: ep.Addr16(), port: uint16(ep.Port)}, true
 }
 
 // keyIP is the address of a key in its usual form (4 bytes for IPv4).
