@@ -443,13 +443,14 @@ func BenchmarkOneEndpointChange(b *testing.B) {
 	}
 }
 
-// heapInUse returns runtime.MemStats.HeapInuse after two collections.
-func heapInUse() uint64 {
+// heapInUse returns runtime.MemStats.HeapInuse after two collections, and HeapAlloc
+// (the live objects' bytes, without the free space of the spans that hold them).
+func heapInUse() (inuse, live uint64) {
 	runtime.GC()
 	runtime.GC()
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
-	return ms.HeapInuse
+	return ms.HeapInuse, ms.HeapAlloc
 }
 
 // rssBytes reads VmRSS of this process (0 where /proc is missing).
@@ -497,9 +498,9 @@ func BenchmarkSteadyStateHeap(b *testing.B) {
 		b.Run(sizeName(n), func(b *testing.B) {
 			// The generated objects are the API server's side, not the daemon's.
 			c := cluster.New(benchSpec(n))
-			base := heapInUse()
+			base, baseLive := heapInUse()
 			ic := cacheOf(c)
-			withObjects := heapInUse()
+			withObjects, withObjectsLive := heapInUse()
 			p, k, _ := startSteady(b, c, ic)
 			b.ResetTimer()
 			for i := range b.N {
@@ -519,7 +520,7 @@ func BenchmarkSteadyStateHeap(b *testing.B) {
 			}{p, k}
 			p, k = nil, nil
 			rss := rssBytes()
-			full := heapInUse()
+			full, fullLive := heapInUse()
 			writeHeapProfile(b)
 			// The fake netlink holds the proxier's address watch (a closure over
 			// the proxier) until the proxier's context ends, as a real
@@ -527,9 +528,9 @@ func BenchmarkSteadyStateHeap(b *testing.B) {
 			held.k.stopProxier()
 			held.k.nl.NotifyAddressChange()
 			held.p = nil
-			withKernel := heapInUse()
+			withKernel, withKernelLive := heapInUse()
 			held.k = nil
-			withoutKernel := heapInUse()
+			withoutKernel, _ := heapInUse()
 			runtime.KeepAlive(held)
 			runtime.KeepAlive(c)
 			// The informer cache lives as long as the proxier, which shares the
@@ -541,6 +542,9 @@ func BenchmarkSteadyStateHeap(b *testing.B) {
 			proxier := int64(full) - int64(withKernel)
 			fakes := int64(withKernel) - int64(withoutKernel)
 			b.ReportMetric(mib(objects+proxier), "heap-MiB")
+			// The same without the spans' free space: what the objects themselves take.
+			live := int64(withObjectsLive) - int64(baseLive) + int64(fullLive) - int64(withKernelLive)
+			b.ReportMetric(mib(live), "live-MiB")
 			b.ReportMetric(mib(proxier), "proxier-MiB")
 			b.ReportMetric(mib(objects), "objects-MiB")
 			b.ReportMetric(mib(fakes), "fake-kernel-MiB")
