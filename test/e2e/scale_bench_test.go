@@ -54,13 +54,15 @@ func upstreamNFTConfig(config string) string {
 	return c + "nftables:\n  syncPeriod: " + period + "\n  minSyncPeriod: " + min + "\n"
 }
 
-// upstreamNFTEndpointChain is the name upstream's nftables mode gives the chain
-// of one endpoint of a Service port: "endpoint-" and an 8-character base32
-// SHA-256 prefix of "ns/name/proto/portname__ip/port", then that string.
-func upstreamNFTEndpointChain(ns, name, proto, portName, ip string, port int) string {
-	s := fmt.Sprintf("%s/%s/%s/%s__%s/%d", ns, name, proto, portName, ip, port)
+// upstreamNFTServiceChain is the chain of a Service port in upstream's
+// nftables mode: "service-", an 8-character base32 SHA-256 prefix of
+// "ns/name/proto/portname", then that string. Without session affinity (v1.37)
+// its one rule DNATs to the endpoints through an anonymous map, and no
+// endpoint chain exists.
+func upstreamNFTServiceChain(ns, name, proto, portName string) string {
+	s := fmt.Sprintf("%s/%s/%s/%s", ns, name, proto, portName)
 	h := sha256.Sum256([]byte(s))
-	return "endpoint-" + base32.StdEncoding.EncodeToString(h[:])[:8] + "-" + s
+	return "service-" + base32.StdEncoding.EncodeToString(h[:])[:8] + "-" + s
 }
 
 // scaleCPU is a daemon's CPU time from its start until the poller saw

@@ -738,27 +738,58 @@ wait:
 	// Exactly what the API says, for every Service.
 	var table string
 	if upNFT {
-		// Every endpoint's chain, by name, in upstream's table.
-		out, err := vm.Sh(ctx, "set -o pipefail; nft list chains ip | awk '$1 == \"table\" {t = $3} t == \"kube-proxy\" && $1 == \"chain\" && $2 ~ /^endpoint-/ {print $2}'")
+		// Every Service's chain, by name, in upstream's table, and for a sample of
+		// them the endpoints its rule DNATs to (read over netlink).
+		r, err := vm.Exec(ctx, scaleWaiter, "-list-chains", upstreamNFTTable, "-prefix", "service-")
+		if err == nil && r.ExitCode != 0 {
+			err = fmt.Errorf("e2e-ipvswait -list-chains exited %d: %s", r.ExitCode, r.Stderr)
+		}
 		if err != nil {
 			t.Fatal(err)
 		}
 		have := map[string]bool{}
-		for _, c := range strings.Fields(out) {
-			have[c] = true
+		for _, l := range scaleWaitLines(r.Stdout, "chain") {
+			have[l[0]] = true
 		}
-		var missing []string
-		for _, b := range svcs {
-			for _, ep := range b.Slice.Endpoints {
-				if c := upstreamNFTEndpointChain(scaleNS, b.Service.Name, "tcp", "http", ep.Addresses[0], 8080); !have[c] {
-					missing = append(missing, c)
+		var missing, sample []string
+		want := map[string]string{}
+		for i, b := range svcs {
+			c := upstreamNFTServiceChain(scaleNS, b.Service.Name, "tcp", "http")
+			if !have[c] {
+				missing = append(missing, c)
+			}
+			if i%max(1, nsvc/50) == 0 {
+				sample = append(sample, c)
+				var eps []string
+				for _, ep := range b.Slice.Endpoints {
+					eps = append(eps, ep.Addresses[0])
 				}
+				sort.Strings(eps)
+				want[c] = strings.Join(eps, " ")
 			}
 		}
 		if len(missing) > 0 {
-			some := strings.Fields(out)
-			t.Fatalf("%s: %d of %d endpoint chains missing in table %s, e.g. %q; it has %d, e.g. %q", p.name, len(missing), nsvc*scaleEndpoints, upstreamNFTTable,
-				missing[:min(3, len(missing))], len(some), some[:min(3, len(some))])
+			t.Fatalf("%s: %d of %d Service chains missing in table %s, e.g. %q (it has %d service- chains)", p.name, len(missing), nsvc, upstreamNFTTable,
+				missing[:min(3, len(missing))], len(have))
+		}
+		r, err = vm.Exec(ctx, append([]string{scaleWaiter, "-list-chains", upstreamNFTTable, "-dnats"}, sample...)...)
+		if err == nil && r.ExitCode != 0 {
+			err = fmt.Errorf("e2e-ipvswait -dnats exited %d: %s", r.ExitCode, r.Stderr)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := 0
+		for _, l := range scaleWaitLines(r.Stdout, "dnat") {
+			ips := append([]string(nil), l[1:]...)
+			sort.Strings(ips)
+			if strings.Join(ips, " ") != want[l[0]] {
+				t.Fatalf("%s: chain %s DNATs to %q, want %q", p.name, l[0], ips, want[l[0]])
+			}
+			got++
+		}
+		if got != len(sample) {
+			t.Fatalf("%s: read the DNAT targets of %d of %d sampled Service chains", p.name, got, len(sample))
 		}
 	} else {
 		var err error
@@ -793,7 +824,7 @@ wait:
 		iptFigure = "rules backend nftables (no iptables rule)"
 	}
 	if upNFT {
-		setTimes = []string{fmt.Sprintf("map %s/service-ips (>= %d elements) %s, every endpoint chain there", upstreamNFTTable, nsvc, scaleSecs(f.startSets[strings.TrimSuffix(setsArg[0], fmt.Sprintf("=%d", nsvc))]))}
+		setTimes = []string{fmt.Sprintf("map %s/service-ips (>= %d elements) %s, every Service chain there", upstreamNFTTable, nsvc, scaleSecs(f.startSets[strings.TrimSuffix(setsArg[0], fmt.Sprintf("=%d", nsvc))]))}
 		iptFigure = "no IPVS (upstream's nftables mode)"
 	}
 	say("start to all programmed: %s (host clock, kube-proxy start to the poller's answer); IPVS all %d virtual servers x %d real servers %s; %s; %s",
@@ -814,7 +845,7 @@ wait:
 		cctx, ccancel := context.WithTimeout(ctx, scaleChangeTimeout+10*time.Second)
 		waitArgs := []string{"-vs", "TCP/" + b.VIP(), "-rs", newIP + ":8080"}
 		if upNFT {
-			waitArgs = []string{"-nft-chain", upstreamNFTTable + "/" + upstreamNFTEndpointChain(scaleNS, b.Service.Name, "tcp", "http", newIP, 8080)}
+			waitArgs = []string{"-nft-dnat", upstreamNFTTable + "/" + upstreamNFTServiceChain(scaleNS, b.Service.Name, "tcp", "http") + "=" + newIP}
 		}
 		done := scaleVMWait(cctx, marker, append(waitArgs,
 			"-interval", scaleChangePoll.String(), "-timeout", scaleChangeTimeout.String())...)

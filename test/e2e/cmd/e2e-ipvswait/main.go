@@ -7,6 +7,12 @@
 //	    until that real server (weight > 0) is on that virtual server
 //	e2e-ipvswait -ready F -nft-chain ip/kube-proxy/CHAIN
 //	    until that chain exists (upstream's nftables mode: an endpoint's chain)
+//	e2e-ipvswait -ready F -nft-dnat ip/kube-proxy/CHAIN=IP
+//	    until a rule of that chain DNATs to IP (upstream's nftables mode: a
+//	    Service's chain and its anonymous map of endpoints)
+//	e2e-ipvswait -list-chains ip/kube-proxy [-prefix service-]
+//	    prints "chain NAME" for each chain of that table, read over netlink;
+//	    with -dnats and chain names as arguments, "dnat CHAIN IP..." for each
 //	e2e-ipvswait -ready F [-all FILE] [-sets NAME=N,...] [-iptables TEXT]
 //	    until every line "TCP/VIP:PORT RS RS..." of FILE holds exactly those real
 //	    servers (weight > 0); prints "progress MS COMPLETE" whenever the count
@@ -57,6 +63,10 @@ func main() {
 	iptablesText := flag.String("iptables", "", "text to wait for in iptables-save -t nat")
 	slowInterval := flag.Duration("slow-interval", time.Second, "time between ipset / iptables reads")
 	nftChain := flag.String("nft-chain", "", "FAMILY/TABLE/CHAIN to wait for")
+	listTable := flag.String("list-chains", "", "print the chains of FAMILY/TABLE (starting with -prefix) and exit")
+	dnats := flag.Bool("dnats", false, "with -list-chains: print the DNAT destinations of the chains named as arguments instead")
+	nftDNAT := flag.String("nft-dnat", "", "FAMILY/TABLE/CHAIN=IP: wait until that chain DNATs to IP")
+	listPrefix := flag.String("prefix", "", "with -list-chains: only chains starting with this")
 	cpuExe := flag.String("cpu-exe", "", "print the CPU time of the process running this executable at the end")
 	flag.Parse()
 	defer printCPU(*cpuExe)
@@ -66,7 +76,13 @@ func main() {
 		os.Exit(1)
 	}
 	var err2 error
-	if *nftChain != "" {
+	if *listTable != "" && *dnats {
+		err2 = printDNATs(*listTable, flag.Args())
+	} else if *listTable != "" {
+		err2 = listChains(*listTable, *listPrefix)
+	} else if *nftDNAT != "" {
+		err2 = runDNAT(*ready, *nftDNAT, *interval, *timeout)
+	} else if *nftChain != "" {
 		err2 = runChain(*ready, *nftChain, *interval, *timeout)
 	} else {
 		err2 = run(*ready, *vsKey, *rsKey, *all, *interval, *timeout, slow)
@@ -144,11 +160,15 @@ func run(ready, vsKey, rsKey, all string, interval, timeout time.Duration, slow 
 			wants = append(wants, want{vs: vs, rss: strings.Join(rss, ",")})
 		}
 	}
-	c, err := ipvs.New("")
-	if err != nil {
-		return err
+	var c ipvs.Interface
+	if len(wants) > 0 { // only sets and rules to wait for (upstream's nftables mode): no IPVS
+		h, err := ipvs.New("")
+		if err != nil {
+			return err
+		}
+		defer h.Close()
+		c = h
 	}
-	defer c.Close()
 	ctx := context.Background()
 	start := time.Now()
 	if ready != "" {

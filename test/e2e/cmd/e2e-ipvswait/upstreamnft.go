@@ -6,12 +6,15 @@ package main
 
 import (
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"time"
 
 	gnft "github.com/google/nftables"
+	"github.com/google/nftables/expr"
 )
 
 // nftTableOf parses "ip/kube-proxy" (FAMILY/TABLE, family ip, ip6 or inet).
@@ -130,4 +133,126 @@ func printCPU(exe string) {
 	if t, pid, ok := cpuTicks(exe); ok {
 		fmt.Printf("cpu %d %d %d %d %d\n", pid, t[0], t[1], t[2], t[3])
 	}
+}
+
+// listChains prints "chain NAME" for every chain of table ("ip/kube-proxy")
+// whose name starts with prefix.
+func listChains(table, prefix string) error {
+	t, err := nftTableOf(table)
+	if err != nil {
+		return err
+	}
+	c, err := nftConnection()
+	if err != nil {
+		return err
+	}
+	chains, err := c.ListChainsOfTableFamily(t.Family)
+	if err != nil {
+		return err
+	}
+	for _, ch := range chains {
+		if ch.Table != nil && ch.Table.Name == t.Name && strings.HasPrefix(ch.Name, prefix) {
+			fmt.Printf("chain %s\n", ch.Name)
+		}
+	}
+	return nil
+}
+
+// nftChainDNATs returns the IPv4 destinations the rules of chain key
+// (FAMILY/TABLE/CHAIN) DNAT to: upstream's nftables mode (v1.37) writes one
+// rule per Service chain, "dnat to ADDR:PORT" for one endpoint (immediate
+// data) or "dnat ip addr . port to numgen random mod N map { 0 : ADDR . PORT,
+// ... }" (an anonymous map whose values start with the address).
+func nftChainDNATs(key string) ([]string, error) {
+	fam, rest, _ := strings.Cut(key, "/")
+	table, chain, ok := strings.Cut(rest, "/")
+	if !ok {
+		return nil, fmt.Errorf("nftables chain %q: want FAMILY/TABLE/CHAIN", key)
+	}
+	t, err := nftTableOf(fam + "/" + table)
+	if err != nil {
+		return nil, err
+	}
+	c, err := nftConnection()
+	if err != nil {
+		return nil, err
+	}
+	rules, err := c.GetRules(t, &gnft.Chain{Name: chain, Table: t})
+	if err != nil {
+		return nil, nil // no chain (yet)
+	}
+	var out []string
+	for _, r := range rules {
+		for _, e := range r.Exprs {
+			switch x := e.(type) {
+			case *expr.Immediate:
+				if len(x.Data) == 4 {
+					out = append(out, net.IP(x.Data).String())
+				}
+			case *expr.Lookup:
+				if !x.IsDestRegSet || x.SetName == "" {
+					continue
+				}
+				s, err := c.GetSetByName(t, x.SetName)
+				if err != nil {
+					continue
+				}
+				elems, err := c.GetSetElements(s)
+				if err != nil {
+					continue
+				}
+				for _, el := range elems {
+					if len(el.Val) >= 4 {
+						out = append(out, net.IP(el.Val[:4]).String())
+					}
+				}
+			}
+		}
+	}
+	return out, nil
+}
+
+// runDNAT waits until chain key DNATs to ip (FAMILY/TABLE/CHAIN=IP).
+func runDNAT(ready, arg string, interval, timeout time.Duration) error {
+	key, ip, ok := strings.Cut(arg, "=")
+	if !ok {
+		return fmt.Errorf("-nft-dnat %q: want FAMILY/TABLE/CHAIN=IP", arg)
+	}
+	if _, err := nftChainDNATs(key); err != nil {
+		return err
+	}
+	start := time.Now()
+	if ready != "" {
+		if err := os.WriteFile(ready, nil, 0o644); err != nil {
+			return err
+		}
+	}
+	for polls := 1; ; polls++ {
+		ips, err := nftChainDNATs(key)
+		if err != nil {
+			return err
+		}
+		for _, got := range ips {
+			if got == ip {
+				fmt.Printf("polls %d %d\n", polls, time.Since(start).Milliseconds())
+				return nil
+			}
+		}
+		if time.Since(start) > timeout {
+			return fmt.Errorf("timeout after %s and %d polls: chain %s DNATs to %v, not %s", timeout, polls, key, ips, ip)
+		}
+		time.Sleep(interval)
+	}
+}
+
+// printDNATs prints "dnat CHAIN IP..." for each chain of table (-dnats).
+func printDNATs(table string, chains []string) error {
+	for _, ch := range chains {
+		ips, err := nftChainDNATs(table + "/" + ch)
+		if err != nil {
+			return err
+		}
+		fmt.Printf("dnat %s %s\n", ch, strings.Join(ips, " "))
+	}
+	return nil
 }
