@@ -183,7 +183,7 @@ func (p *Proxier) explainLocked(name types.NamespacedName) (*Explanation, map[[2
 		var desired []*desiredVS
 		if st != nil {
 			for _, d := range st.virtualServers {
-				if d.port == spn {
+				if *d.port == spn {
 					desired = append(desired, d)
 				}
 			}

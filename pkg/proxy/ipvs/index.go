@@ -87,6 +87,9 @@ func (ix *desiredIndex) set(name types.NamespacedName, st *serviceState, t *touc
 		delete(ix.services, name)
 		return
 	}
+	if st.stateExtras == nil {
+		st.stateExtras = noStateExtras // a state made by hand, in tests
+	}
 	ix.services[name] = st
 	for _, d := range st.virtualServers {
 		d.next = ix.vs[d.key]

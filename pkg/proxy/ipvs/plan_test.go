@@ -35,7 +35,7 @@ func TestPlanIsData(t *testing.T) {
 	ix := newDesiredIndex()
 	tch := newTouched()
 	ix.set(owner, &serviceState{
-		virtualServers: []*desiredVS{{port: proxy.ServicePortName{NamespacedName: owner}, vs: vs, key: key, realServers: []desiredRS{rs("10.244.2.1", 80, 1), rs("10.244.2.3", 80, 1)}}},
+		virtualServers: []*desiredVS{{port: &proxy.ServicePortName{NamespacedName: owner}, vs: vs, key: key, realServers: []desiredRS{rs("10.244.2.1", 80, 1), rs("10.244.2.3", 80, 1)}}},
 		setEntries:     []rules.Member{member(rules.ClusterIP, "10.96.0.1,tcp:80")},
 		bindAddrs:      []string{"10.96.0.1"},
 	}, tch)

@@ -351,9 +351,11 @@ func (p *Proxier) buildService(name types.NamespacedName) *serviceState {
 		return nil
 	}
 	ports := make([]servicePort, 0, len(names))
-	for _, spn := range names {
+	for i, spn := range names {
 		if info, ok := p.svcPortMap[spn]; ok {
-			ports = append(ports, servicePort{name: spn, info: info, endpoints: p.endpointsMap[spn]})
+			// The names are never written (takeChanges replaces a Service's list):
+			// the desired virtual servers point into it.
+			ports = append(ports, servicePort{name: &names[i], info: info, endpoints: p.endpointsMap[spn]})
 		}
 	}
 	return buildServiceState(&p.bc, ports)
