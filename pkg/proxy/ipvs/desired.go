@@ -96,13 +96,29 @@ type refusal struct {
 // desiredVS is one virtual server with the real servers it should have.
 type desiredVS struct {
 	// port is the Service port it serves (for metrics); shared, never written.
-	port        *proxy.ServicePortName
-	vs          *ipvs.VirtualServer
-	key         vsKey
+	port *proxy.ServicePortName
+	vs   *ipvs.VirtualServer
+	key  vsKey
+	// cluster: the key is one of the Service's ClusterIP keys (clusterKeys).
+	cluster     bool
 	realServers []desiredRS // sorted by key, unique
 	// next chains other Services' claims on the same key in the desired index (rare:
 	// a shared external IP and port).
 	next *desiredVS
+}
+
+// clusterKeys are the keys of the ClusterIP virtual servers of st (nil), sorted.
+func (st *serviceState) clusterKeys() []vsKey {
+	if st == nil {
+		return nil
+	}
+	var keys []vsKey
+	for _, d := range st.virtualServers {
+		if d.cluster {
+			keys = append(keys, d.key)
+		}
+	}
+	return keys
 }
 
 // owner is the Service whose state holds d.
@@ -267,7 +283,13 @@ func (b *portBuilder) addVS(vs *ipvs.VirtualServer, onlyLocal, internal bool) {
 		b.rsLists[i], b.rsBuilt[i] = realServersFor(b.bc, b.sp.info, eps, b.sp.endpoints, local), true
 	}
 	k := keyOfVS(vs)
-	b.vss[k] = &desiredVS{port: b.sp.name, vs: vs, key: k, realServers: b.rsLists[i]}
+	// A Service's external address can be its own ClusterIP: the key stays a
+	// ClusterIP key.
+	cluster := internal
+	if prev := b.vss[k]; prev != nil {
+		cluster = cluster || prev.cluster
+	}
+	b.vss[k] = &desiredVS{port: b.sp.name, vs: vs, key: k, realServers: b.rsLists[i], cluster: cluster}
 }
 
 // usableVIP refuses an address no virtual server can serve, and an external or LB

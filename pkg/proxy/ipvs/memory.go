@@ -67,7 +67,6 @@ type failureMemory struct {
 	retries      map[retryKey]*retryState
 	retryWait    time.Duration
 	refusals     map[types.NamespacedName][]refusal
-	clusterKeys  map[types.NamespacedName][]vsKey
 	extKeys      map[types.NamespacedName][]vsKey
 	extClaims    map[vsKey]sets.Set[types.NamespacedName]
 	heldBackView heldBackView
@@ -78,10 +77,9 @@ type failureMemory struct {
 
 func newFailureMemory() failureMemory {
 	return failureMemory{
-		retries:     map[retryKey]*retryState{},
-		refusals:    map[types.NamespacedName][]refusal{},
-		clusterKeys: map[types.NamespacedName][]vsKey{},
-		extKeys:     map[types.NamespacedName][]vsKey{},
-		extClaims:   map[vsKey]sets.Set[types.NamespacedName]{},
+		retries:   map[retryKey]*retryState{},
+		refusals:  map[types.NamespacedName][]refusal{},
+		extKeys:   map[types.NamespacedName][]vsKey{},
+		extClaims: map[vsKey]sets.Set[types.NamespacedName]{},
 	}
 }

@@ -24,7 +24,7 @@ func (p *Proxier) updateClusterOwners(changed sets.Set[types.NamespacedName]) {
 	var affected []vsKey
 	for name := range changed {
 		keys := p.clusterKeysOf(name)
-		old := p.clusterKeys[name]
+		old := p.index.services[name].clusterKeys()
 		if slices.Equal(old, keys) {
 			continue
 		}
@@ -48,11 +48,6 @@ func (p *Proxier) updateClusterOwners(changed sets.Set[types.NamespacedName]) {
 			}
 			affected = append(affected, k)
 		}
-		if len(keys) == 0 {
-			delete(p.clusterKeys, name)
-		} else {
-			p.clusterKeys[name] = keys
-		}
 	}
 	for _, k := range affected {
 		for n := range p.extClaims[k] {
@@ -61,11 +56,13 @@ func (p *Proxier) updateClusterOwners(changed sets.Set[types.NamespacedName]) {
 	}
 }
 
-// clusterKeysOf returns the ClusterIP virtual server keys of a Service, sorted.
+// clusterKeysOf returns the ClusterIP virtual server keys the Service's state will
+// have once rebuilt (serviceState.clusterKeys), sorted: those of its usable ClusterIPs
+// (an unusable address is refused as an external address too).
 func (p *Proxier) clusterKeysOf(name types.NamespacedName) []vsKey {
 	var keys []vsKey
 	for _, spn := range p.svcPorts[name] {
-		if info, ok := p.svcPortMap[spn]; ok && info.ClusterIP != nil {
+		if info, ok := p.svcPortMap[spn]; ok && info.ClusterIP != nil && unusableAddress(info.ClusterIP) == "" {
 			keys = append(keys, makeVSKey(string(info.Protocol), info.ClusterIP, uint16(info.Port)))
 		}
 	}
