@@ -65,6 +65,9 @@ demo: build
 conformance:
 	FOCUS='$(FOCUS)' PROXIES='$(PROXIES)' test/conformance/run.sh
 
+# Scale benchmarks, never part of `test`: the fake kernel, then upstream (ipvs and
+# nftables modes) against ours (both rules backends) and the kernel's tools in the
+# VM, e.g. `make bench BENCH_SIZES=1000,10000` (hack/bench.sh lists the variables).
 bench:
 	hack/bench.sh
 

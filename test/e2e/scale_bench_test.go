@@ -119,8 +119,9 @@ func upstreamNFTFullSync(t *testing.T, ctx context.Context, client kubernetes.In
 	})
 	err = framework.Eventually(ctx, scaleProgramTimeoutOr(), 2*time.Second, func(ctx context.Context) error {
 		after, _ = scaleReadSyncs(t, ctx)
-		if after.full <= before.full {
-			return fmt.Errorf("no full sync after the node's zone label changed (%.0f full syncs)", after.full)
+		n1, _ := before.fullSyncs()
+		if n2, _ := after.fullSyncs(); n2 <= n1 {
+			return fmt.Errorf("no IPv4 full sync after the node's zone label changed (%.0f full syncs)", n2)
 		}
 		return nil
 	})
