@@ -124,15 +124,20 @@ def svg(runs):
     panels = [("start to everything programmed (s)", "start"), ("one-endpoint change p99 (s)", "p99")]
     sizes = [r["services"] for r in runs]
     xs = (min(sizes) / 1.5, max(sizes) * 1.5)
-    vals = []
-    for r in runs:
-        for name, _, _ in COLS:
-            c = col(r, name)
-            if c:
-                vals += [v for v in (c.get("start_s"), c.get("not_after_s"), c.get("change_p99_s")) if v]
-        if r.get("floor"):
-            vals.append(floor_total(r["floor"], "ipset"))
-    ys = (min(vals) / 2, max(vals) * 2)
+    # Each panel its own range.
+    ranges = {}
+    for _, key in panels:
+        vals = []
+        for r in runs:
+            for name, _, _ in COLS:
+                c = col(r, name)
+                if c:
+                    keys = ("start_s", "not_after_s") if key == "start" else ("change_p99_s",)
+                    vals += [c[k] for k in keys if c.get(k)]
+            if key == "start" and r.get("floor"):
+                vals.append(floor_total(r["floor"], "ipset"))
+        vals = vals or [1]
+        ranges[key] = (10 ** math.floor(math.log10(min(vals))), 10 ** math.ceil(math.log10(max(vals) * 1.5)))
     o = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" font-family="sans-serif" font-size="11">',
          f'<rect width="{W}" height="{H}" fill="white"/>']
     pw, ph, top, left = 340, 250, 40, 70
@@ -141,15 +146,17 @@ def svg(runs):
         return left + i * 430 + (math.log10(x) - math.log10(xs[0])) / (math.log10(xs[1]) - math.log10(xs[0])) * pw
 
     def py(y):
+        ys = ranges[key]
         return top + ph - (math.log10(y) - math.log10(ys[0])) / (math.log10(ys[1]) - math.log10(ys[0])) * ph
 
     for i, (title, key) in enumerate(panels):
         x0 = left + i * 430
         o.append(f'<rect x="{x0}" y="{top}" width="{pw}" height="{ph}" fill="none" stroke="#888"/>')
         o.append(f'<text x="{x0 + pw / 2}" y="{top - 12}" text-anchor="middle" font-size="13">{title}</text>')
+        ys = ranges[key]
         e = math.floor(math.log10(ys[0]))
-        while 10 ** e <= ys[1]:
-            if 10 ** e >= ys[0]:
+        while 10 ** e <= ys[1] * 1.001:
+            if 10 ** e >= ys[0] * 0.999:
                 y = py(10 ** e)
                 o.append(f'<line x1="{x0}" x2="{x0 + pw}" y1="{y:.1f}" y2="{y:.1f}" stroke="#eee"/>')
                 lab = f"{10 ** e:g}"
