@@ -80,15 +80,19 @@ func deleteSlice(list []namedSlice, name string) []namedSlice {
 // slice's endpoints exist once in memory however often its Service is merged.
 type sliceInfo struct {
 	remove bool
-	ports  []slicePort // sorted
-	// endpoints[i] are the endpoints on ports[i], sorted by Endpoint.String().
-	endpoints [][]*Endpoint
+	ports  []slicePort // sorted by name, protocol, port
 }
 
 type slicePort struct {
 	name     string
 	port     int32
 	protocol v1.Protocol
+	// endpoints are the endpoints on the port, sorted by Endpoint.String().
+	endpoints []*Endpoint
+}
+
+func sameSlicePort(a, b slicePort) bool {
+	return a.name == b.name && a.protocol == b.protocol && a.port == b.port
 }
 
 func newEndpointSliceCache(nodeName string) *endpointSliceCache {
@@ -181,9 +185,8 @@ func (c *endpointSliceCache) checkoutChanges() map[types.NamespacedName]*endpoin
 var removedSlice = &sliceInfo{remove: true}
 
 // newSliceInfo validates and reduces a slice of svc for the proxier of family on
-// nodeName.
-func newSliceInfo(slice *discovery.EndpointSlice, svc types.NamespacedName, family v1.IPFamily, nodeName string) *sliceInfo {
-	info := &sliceInfo{}
+// nodeName into info.
+func newSliceInfo(slice *discovery.EndpointSlice, svc types.NamespacedName, family v1.IPFamily, nodeName string, info *sliceInfo) {
 	logger := sliceLogger{slice: slice, svc: svc, family: family}
 	for _, p := range slice.Ports {
 		switch {
@@ -202,12 +205,12 @@ func newSliceInfo(slice *discovery.EndpointSlice, svc types.NamespacedName, fami
 			logger.Info("Ignoring endpoint port with unsupported protocol", "portName", *p.Name, "protocol", protocol)
 			continue
 		}
-		info.ports = append(info.ports, slicePort{name: *p.Name, port: *p.Port, protocol: protocol})
+		info.ports = append(info.ports, slicePort{name: internString(*p.Name), port: *p.Port, protocol: v1.Protocol(internString(string(protocol)))})
 	}
 	slices.SortFunc(info.ports, func(a, b slicePort) int {
 		return cmp.Or(cmp.Compare(a.name, b.name), cmp.Compare(a.protocol, b.protocol), cmp.Compare(a.port, b.port))
 	})
-	info.ports = slices.Compact(info.ports)
+	info.ports = slices.CompactFunc(info.ports, sameSlicePort)
 
 	addrs := make([]Endpoint, 0, len(slice.Endpoints)) // one per usable address
 	for i := range slice.Endpoints {
@@ -216,7 +219,6 @@ func newSliceInfo(slice *discovery.EndpointSlice, svc types.NamespacedName, fami
 		}
 	}
 
-	info.endpoints = make([][]*Endpoint, len(info.ports))
 	for i, port := range info.ports {
 		eps := addrs // one allocation holds a port's endpoints
 		if i < len(info.ports)-1 {
@@ -227,10 +229,8 @@ func newSliceInfo(slice *discovery.EndpointSlice, svc types.NamespacedName, fami
 			eps[j].Port = port.port
 			out[j] = &eps[j]
 		}
-		out = sortEndpoints(out)
-		info.endpoints[i] = out
+		info.ports[i].endpoints = sortEndpoints(out)
 	}
-	return info
 }
 
 // endpointOf is ep as the proxier of family on nodeName uses it (its port is set by
@@ -321,9 +321,9 @@ func (c *endpointSliceCache) endpointsMap(svc types.NamespacedName, byName []nam
 		// One slice (the usual case): its endpoints are already sorted and unique.
 		info := byName[0].info
 		em := make(EndpointsMap, len(info.ports))
-		for i, port := range info.ports {
-			if len(info.endpoints[i]) > 0 {
-				em[ServicePortName{NamespacedName: svc, Port: port.name, Protocol: port.protocol}] = info.endpoints[i]
+		for _, port := range info.ports {
+			if len(port.endpoints) > 0 {
+				em[ServicePortName{NamespacedName: svc, Port: port.name, Protocol: port.protocol}] = port.endpoints
 			}
 		}
 		return em
@@ -332,14 +332,14 @@ func (c *endpointSliceCache) endpointsMap(svc types.NamespacedName, byName []nam
 	merged := make(map[ServicePortName]map[string]*Endpoint)
 	for _, ns := range byName { // sorted by name
 		info := ns.info
-		for i, port := range info.ports {
+		for _, port := range info.ports {
 			spn := ServicePortName{NamespacedName: svc, Port: port.name, Protocol: port.protocol}
 			byEndpoint := merged[spn]
 			if byEndpoint == nil {
 				byEndpoint = make(map[string]*Endpoint)
 				merged[spn] = byEndpoint
 			}
-			for _, ep := range info.endpoints[i] {
+			for _, ep := range port.endpoints {
 				key := ep.String()
 				if have, ok := byEndpoint[key]; !ok || usability(ep) > usability(have) {
 					byEndpoint[key] = ep

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"fmt"
+	"strings"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -32,8 +33,10 @@ type EndpointSliceRecord struct {
 	// nodeName is the node whose endpoints info marks local.
 	nodeName string
 	// info is nil for an address type no proxier programs (FQDN) and for a slice
-	// without the service-name label.
-	info *sliceInfo
+	// without the service-name label; else it points at infoData (one allocation
+	// with the record; the trackers keep the pointer).
+	info     *sliceInfo
+	infoData sliceInfo
 }
 
 // NewEndpointSliceRecord reduces slice for a proxier running on nodeName. Parts that
@@ -49,18 +52,27 @@ func NewEndpointSliceRecord(slice *discovery.EndpointSlice, nodeName string) *En
 		// No UID: no Event names a slice.
 		RecordMeta:  RecordMeta{Namespace: internString(slice.Namespace), Name: slice.Name, ResourceVersion: slice.ResourceVersion},
 		Service:     slice.Labels[discovery.LabelServiceName],
-		AddressType: slice.AddressType,
+		AddressType: discovery.AddressType(internString(string(slice.AddressType))),
 		TriggerTime: lastChangeTriggerTime(slice),
 		nodeName:    nodeName,
+	}
+	if strings.HasPrefix(r.Name, r.Service) {
+		// The controller names a slice after its Service: pack the name alone.
+		packStrings(&r.Name, &r.ResourceVersion)
+		r.Service = r.Name[:len(r.Service)]
+	} else {
+		packStrings(&r.Name, &r.ResourceVersion, &r.Service)
 	}
 	if r.Service == "" {
 		return r // ignored by every tracker
 	}
 	switch slice.AddressType {
 	case discovery.AddressTypeIPv4:
-		r.info = newSliceInfo(slice, r.serviceName(), v1.IPv4Protocol, nodeName)
+		r.info = &r.infoData
+		newSliceInfo(slice, r.serviceName(), v1.IPv4Protocol, nodeName, r.info)
 	case discovery.AddressTypeIPv6:
-		r.info = newSliceInfo(slice, r.serviceName(), v1.IPv6Protocol, nodeName)
+		r.info = &r.infoData
+		newSliceInfo(slice, r.serviceName(), v1.IPv6Protocol, nodeName, r.info)
 	}
 	return r
 }

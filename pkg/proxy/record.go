@@ -1,6 +1,8 @@
 package proxy
 
 import (
+	"strings"
+
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
@@ -28,4 +30,31 @@ func (m *RecordMeta) GetObjectKind() schema.ObjectKind { return schema.EmptyObje
 // (meta.Accessor).
 func (m *RecordMeta) GetObjectMeta() metav1.Object {
 	return &metav1.ObjectMeta{Namespace: m.Namespace, Name: m.Name, ResourceVersion: m.ResourceVersion, UID: m.UID}
+}
+
+// packStrings replaces each of ss by a copy, all copies in one allocation. A record
+// made from a decoded object would otherwise keep that object's strings, each a small
+// allocation of its own among the object's garbage: one live string keeps its whole
+// span of the heap in use.
+func packStrings(ss ...*string) {
+	n := 0
+	for _, s := range ss {
+		n += len(*s)
+	}
+	if n == 0 {
+		return
+	}
+	var b strings.Builder
+	// At least 16 bytes: a shorter string would come from the tiny allocator, which
+	// packs it in one block with whatever small garbage is allocated beside it (the
+	// decoded object's), and keep that block alive.
+	b.Grow(max(n, 16))
+	for _, s := range ss {
+		b.WriteString(*s)
+	}
+	all := b.String()
+	for _, s := range ss {
+		l := len(*s)
+		*s, all = all[:l], all[l:]
+	}
 }

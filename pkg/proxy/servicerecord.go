@@ -1,12 +1,14 @@
 package proxy
 
 import (
+	"slices"
 	"strings"
 	"sync"
 
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 )
 
 // ServiceRecord is a Service as kube-proxy keeps it: the fields a proxier reads, laid
@@ -24,9 +26,11 @@ import (
 type ServiceRecord struct {
 	RecordMeta
 	serviceType v1.ServiceType
-	// clusterIPs is spec.clusterIPs, or spec.clusterIP alone when an old API server
-	// wrote only that.
-	clusterIPs            []string
+	// clusterIPs[:nClusterIPs] is spec.clusterIPs, or spec.clusterIP alone when an old
+	// API server wrote only that; in place, as a Service has one or two (the API allows
+	// no more; extras.moreClusterIPs has any others).
+	clusterIPs            [2]string
+	nClusterIPs           uint8
 	ports                 []recordPort
 	sessionAffinity       v1.ServiceAffinity
 	internalTrafficPolicy *v1.ServiceInternalTrafficPolicy
@@ -43,6 +47,7 @@ type recordPort struct {
 
 // serviceExtras are the fields most Services leave unset.
 type serviceExtras struct {
+	moreClusterIPs        []string          // spec.clusterIPs[2:]
 	annotations           map[string]string // the scheduler annotations only
 	externalIPs           []string
 	affinityTimeout       *int32
@@ -66,13 +71,17 @@ func NewServiceRecord(svc *v1.Service) *ServiceRecord {
 	r := &ServiceRecord{
 		RecordMeta:            RecordMeta{Namespace: internString(svc.Namespace), Name: svc.Name, ResourceVersion: svc.ResourceVersion, UID: svc.UID},
 		serviceType:           v1.ServiceType(internString(string(spec.Type))),
-		clusterIPs:            spec.ClusterIPs,
 		sessionAffinity:       v1.ServiceAffinity(internString(string(spec.SessionAffinity))),
 		internalTrafficPolicy: internTrafficPolicy(spec.InternalTrafficPolicy),
 	}
-	if len(r.clusterIPs) == 0 && spec.ClusterIP != "" {
-		r.clusterIPs = []string{spec.ClusterIP}
+	ips := spec.ClusterIPs
+	if len(ips) == 0 && spec.ClusterIP != "" {
+		ips = []string{spec.ClusterIP}
 	}
+	r.nClusterIPs = uint8(copy(r.clusterIPs[:], ips))
+	uid := string(r.UID)
+	packStrings(&r.Name, &r.ResourceVersion, &uid, &r.clusterIPs[0], &r.clusterIPs[1])
+	r.UID = types.UID(uid)
 	if len(spec.Ports) > 0 {
 		r.ports = make([]recordPort, len(spec.Ports))
 		for i, p := range spec.Ports {
@@ -80,6 +89,7 @@ func NewServiceRecord(svc *v1.Service) *ServiceRecord {
 		}
 	}
 	x := serviceExtras{
+		moreClusterIPs:        cloneStrings(ips[int(r.nClusterIPs):]),
 		externalIPs:           spec.ExternalIPs,
 		sourceRanges:          spec.LoadBalancerSourceRanges,
 		externalTrafficPolicy: v1.ServiceExternalTrafficPolicy(internString(string(spec.ExternalTrafficPolicy))),
@@ -100,11 +110,35 @@ func NewServiceRecord(svc *v1.Service) *ServiceRecord {
 	for _, ing := range svc.Status.LoadBalancer.Ingress {
 		x.ingress = append(x.ingress, v1.LoadBalancerIngress{IP: ing.IP, IPMode: ing.IPMode})
 	}
-	if len(x.externalIPs) > 0 || len(x.sourceRanges) > 0 || x.externalTrafficPolicy != "" || x.healthCheckNodePort != 0 ||
+	if len(x.moreClusterIPs) > 0 || len(x.externalIPs) > 0 || len(x.sourceRanges) > 0 || x.externalTrafficPolicy != "" || x.healthCheckNodePort != 0 ||
 		x.trafficDistribution != nil || x.affinityTimeout != nil || x.annotations != nil || x.ingress != nil {
 		r.extras = &x
 	}
 	return r
+}
+
+// cloneStrings copies ss and its strings (nil when empty).
+func cloneStrings(ss []string) []string {
+	if len(ss) == 0 {
+		return nil
+	}
+	out := make([]string, len(ss))
+	for i, s := range ss {
+		out[i] = strings.Clone(s)
+	}
+	return out
+}
+
+// clusterIPList is spec.clusterIPs as the record keeps it (shared: not to be written).
+func (r *ServiceRecord) clusterIPList() []string {
+	if r.nClusterIPs == 0 {
+		return nil
+	}
+	ips := r.clusterIPs[:r.nClusterIPs]
+	if r.extras != nil && len(r.extras.moreClusterIPs) > 0 {
+		ips = append(slices.Clip(ips), r.extras.moreClusterIPs...)
+	}
+	return ips
 }
 
 // Service is the Service the record was made from, as far as the record keeps it: what
@@ -117,12 +151,12 @@ func (r *ServiceRecord) Service() *v1.Service {
 		ObjectMeta: metav1.ObjectMeta{Namespace: r.Namespace, Name: r.Name, UID: r.UID, ResourceVersion: r.ResourceVersion},
 		Spec: v1.ServiceSpec{
 			Type:                  r.serviceType,
-			ClusterIPs:            r.clusterIPs,
+			ClusterIPs:            r.clusterIPList(),
 			SessionAffinity:       r.sessionAffinity,
 			InternalTrafficPolicy: r.internalTrafficPolicy,
 		},
 	}
-	if len(r.clusterIPs) > 0 {
+	if r.nClusterIPs > 0 {
 		svc.Spec.ClusterIP = r.clusterIPs[0]
 	}
 	for _, p := range r.ports {
