@@ -310,6 +310,9 @@ func (p *Proxier) executeRealServer(ctx context.Context, vp *vsPlan, a *appliedV
 		}
 		return true
 	}
+	if s.readd {
+		return p.reAddRealServer(ctx, vp, a, s, stats, out)
+	}
 	switch s.action {
 	case rsKeepDraining:
 		return []desiredRS{s.have}, false
@@ -343,6 +346,44 @@ func (p *Proxier) executeRealServer(ctx context.Context, vp *vsPlan, a *appliedV
 	}
 	if len(p.draining) > 0 {
 		delete(p.draining, drainKey{key, s.want.key})
+	}
+	return []desiredRS{s.want}, s.action != rsKeep
+}
+
+// reAddRealServer deletes a real server and adds it again at its weight after step s
+// (keepListOrder), both requests in one send so that the kernel carries them out back
+// to back: the deleted real server waits in the kernel's trash and the add takes it
+// back from there, with its connections and counters. It returns what the virtual
+// server holds of that real server afterwards.
+func (p *Proxier) reAddRealServer(ctx context.Context, vp *vsPlan, a *appliedVS, s rsStep, stats *SyncStats, out *outcome) ([]desiredRS, bool) {
+	k, w := s.key(), s.weightAfter()
+	stats.IPVSOps += 2
+	stats.count(opDeleteRealServer)
+	stats.count(opAddRealServer)
+	errs := p.kernel.IPVS.Write(ctx, []ipvs.Write{
+		{Kind: ipvs.WriteDeleteRealServer, VS: a.vs, RS: k.realServer(s.have.weight)},
+		{Kind: ipvs.WriteAddRealServer, VS: a.vs, RS: k.realServer(w)},
+	})
+	fail := func(verb, prep string, err error) {
+		vsFailed(out, vp, "real server "+k.String()+" of "+vp.key.String(), fmt.Errorf("%s real server %s %s %s to keep the scheduler's order: %w", verb, k, prep, vp.key, err))
+	}
+	if err := errs[0]; err != nil && !ipvs.IsNotFound(err) {
+		fail("deleting", "of", err)
+		return []desiredRS{s.have}, false
+	}
+	if err := errs[1]; err != nil {
+		fail("adding", "to", err)
+		return nil, true
+	}
+	switch s.action {
+	case rsDrain:
+		p.draining[drainKey{vp.key, k}] = p.clock.Now().Add(p.opts.DrainTimeout).UnixNano()
+		return []desiredRS{{key: k, weight: 0}}, false
+	case rsKeepDraining:
+		return []desiredRS{{key: k, weight: 0}}, false
+	}
+	if len(p.draining) > 0 {
+		delete(p.draining, drainKey{vp.key, k})
 	}
 	return []desiredRS{s.want}, s.action != rsKeep
 }

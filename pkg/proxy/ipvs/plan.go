@@ -111,6 +111,25 @@ type rsStep struct {
 	action rsAction
 	have   desiredRS
 	want   desiredRS
+	// readd: the real server is deleted and added again (at its weight after the
+	// step) so that the kernel's list stays in key order (keepListOrder).
+	readd bool
+}
+
+// weightAfter is the real server's weight once the step is done.
+func (s rsStep) weightAfter() int32 {
+	if s.action == rsDrain || s.action == rsKeepDraining || s.action == rsDelete {
+		return 0
+	}
+	return s.want.weight
+}
+
+// key is the real server the step is about.
+func (s rsStep) key() rsKey {
+	if s.action == rsAdd || s.action == rsKeep || s.action == rsSetWeight {
+		return s.want.key
+	}
+	return s.have.key
 }
 
 // vsPlan is the work on one virtual server. steps lists adds and weight changes before
@@ -303,8 +322,59 @@ func planVirtualServer(in *planInput, key vsKey) (vsPlan, bool) {
 			have, want = have[1:], want[1:]
 		}
 	}
+	if orderSensitive(d.vs.Scheduler) && a != nil {
+		vp.steps = keepListOrder(vp.steps, stale, vp.action == vsUpdate && a.vs.Scheduler != d.vs.Scheduler)
+		return vp, true
+	}
 	vp.steps = append(vp.steps, stale...)
 	return vp, true
+}
+
+// orderSensitive reports whether a scheduler's choice depends on the order of the
+// kernel's list of real servers: sh hands out its buckets walking the list, and mh
+// (Maglev) fills its table walking it, the earlier real server winning a contested
+// slot. The kernel adds a real server at the head of that list, so two nodes that
+// added the same real servers in another order (one synced two additions at once,
+// the other one by one; one was down) would send a client to different pods.
+func orderSensitive(scheduler string) bool { return scheduler == "mh" || scheduler == "sh" }
+
+// keepListOrder makes the kernel's list of an order-sensitive virtual server the one
+// adding every real server in key order gives, whatever the history: a new real
+// server goes to the head of the list, so every present one whose key sorts after the
+// smallest new key (all of them when the scheduler just became order-sensitive) is
+// deleted and added again, in key order, right after. A real server draining at
+// weight 0 that is added again comes back at weight 0, which takes it out of the
+// table (the kernel keeps a drained real server's slots by its last non-zero weight,
+// one re-added at 0 has none), as on a node that already deleted it. steps are in key
+// order (the walk of planVirtualServer); stale follow, except the re-added ones.
+func keepListOrder(steps, stale []rsStep, all bool) []rsStep {
+	var first *rsKey
+	for i := range steps {
+		if steps[i].action == rsAdd {
+			first = &steps[i].want.key
+			break
+		}
+	}
+	if first == nil && !all {
+		return append(steps, stale...)
+	}
+	after := func(k rsKey) bool { return all || compareRSKeys(k, *first) > 0 }
+	for i := range steps {
+		if steps[i].action != rsAdd && after(steps[i].key()) {
+			steps[i].readd = true
+		}
+	}
+	var rest []rsStep
+	for _, st := range stale {
+		if (st.action == rsDrain || st.action == rsKeepDraining) && after(st.key()) {
+			st.readd = true
+			steps = append(steps, st)
+			continue
+		}
+		rest = append(rest, st)
+	}
+	slices.SortStableFunc(steps, func(x, y rsStep) int { return compareRSKeys(x.key(), y.key()) })
+	return append(steps, rest...)
 }
 
 // planStale decides what happens to a real server no Service wants on this virtual
@@ -379,6 +449,14 @@ func (s ipvsStep) String() string {
 			fmt.Fprintf(&b, "ipvs delete %s\n", vp.key)
 		}
 		for _, st := range vp.steps {
+			if st.readd {
+				note := ""
+				if st.action == rsDrain || st.action == rsKeepDraining {
+					note = " (draining)"
+				}
+				fmt.Fprintf(&b, "ipvs %s re-add-rs %s weight %d%s%s\n", vp.key, st.key(), st.weightAfter(), note, owner)
+				continue
+			}
 			switch st.action {
 			case rsAdd:
 				fmt.Fprintf(&b, "ipvs %s add-rs %s weight %d%s\n", vp.key, st.want.key, st.want.weight, owner)
@@ -415,6 +493,9 @@ func (pl *syncPlan) writes() int {
 				for _, st := range vp.steps {
 					if st.action != rsKeep && st.action != rsKeepDraining {
 						n++
+					}
+					if st.readd {
+						n += 2
 					}
 				}
 			}

@@ -42,6 +42,12 @@ var kubeRouterSchedulers = []string{"rr", "lc", "dh", "sh", "mh"}
 // chooseScheduler returns the scheduler and scheduler flags of a Service's virtual
 // servers: the configured ones unless the Service's annotations choose others. A value
 // that cannot be used is refused (one Event) and the configured choice stays.
+//
+// mh always gets mh-fallback (kubernetes#139497): a terminating endpoint's real server
+// drains at weight 0, and the kernel keeps it in mh's table by its last non-zero
+// weight, so without the flag every new connection of a client hashed to it is refused
+// ("no destination available") until it is deleted; with it they go to the next real
+// server of the client's hash sequence.
 func chooseScheduler(configured string, svc *proxy.ServicePortInfo) (string, uint32, []refusal) {
 	scheduler, flags := configured, defaultFlags(configured)
 	var refused []refusal
@@ -91,6 +97,9 @@ func chooseScheduler(configured string, svc *proxy.ServicePortInfo) (string, uin
 			}
 			flags = f
 		}
+	}
+	if scheduler == "mh" {
+		flags |= ipvs.FlagSchedSH1
 	}
 	return scheduler, flags, refused
 }

@@ -33,29 +33,29 @@ func TestChooseScheduler(t *testing.T) {
 		refused                                    int
 	}{
 		{name: "no annotation", configured: "rr", wantSched: "rr"},
-		{name: "no annotation, configured mh keeps upstream's port flag", configured: "mh", wantSched: "mh", wantFlags: ipvs.FlagSchedSH2},
+		{name: "no annotation, configured mh keeps upstream's port flag, plus fallback", configured: "mh", wantSched: "mh", wantFlags: ipvs.FlagSchedSH1 | ipvs.FlagSchedSH2},
 		{name: "ours lc", configured: "rr", source: ours, scheduler: "lc", wantSched: "lc"},
-		{name: "ours mh gets the port flag by default", configured: "rr", source: ours, scheduler: "mh", wantSched: "mh", wantFlags: ipvs.FlagSchedSH2},
+		{name: "ours mh gets the port and fallback flags by default", configured: "rr", source: ours, scheduler: "mh", wantSched: "mh", wantFlags: ipvs.FlagSchedSH1 | ipvs.FlagSchedSH2},
 		{name: "ours sh with sh-port", configured: "rr", source: ours, scheduler: "sh", flags: "sh-port", wantSched: "sh", wantFlags: ipvs.FlagSchedSH2},
 		{name: "ours sh with both sh flags", configured: "rr", source: ours, scheduler: "sh", flags: "sh-fallback, sh-port", wantSched: "sh", wantFlags: ipvs.FlagSchedSH1 | ipvs.FlagSchedSH2},
-		{name: "ours mh-fallback replaces the default", configured: "rr", source: ours, scheduler: "mh", flags: "mh-fallback", wantSched: "mh", wantFlags: ipvs.FlagSchedSH1},
+		{name: "ours mh-fallback replaces the port flag", configured: "rr", source: ours, scheduler: "mh", flags: "mh-fallback", wantSched: "mh", wantFlags: ipvs.FlagSchedSH1},
 		{name: "generic flags", configured: "rr", source: ours, scheduler: "wlc", flags: "flag-1,flag-2,flag-3", wantSched: "wlc", wantFlags: ipvs.FlagSchedSH1 | ipvs.FlagSchedSH2 | flagSched3},
 		{name: "flags alone apply to the configured scheduler", configured: "sh", source: ours, flags: "sh-port", wantSched: "sh", wantFlags: ipvs.FlagSchedSH2},
 		{name: "ours unknown scheduler", configured: "rr", source: ours, scheduler: "fastest", wantSched: "rr", refused: 1},
 		{name: "ours flag of another scheduler", configured: "rr", source: ours, scheduler: "lc", flags: "sh-port", wantSched: "lc", refused: 1},
 		{name: "ours unknown flag next to a good one", configured: "rr", source: ours, scheduler: "sh", flags: "sh-port,turbo", wantSched: "sh", wantFlags: ipvs.FlagSchedSH2, refused: 1},
-		{name: "ours only bad flags keep the default", configured: "rr", source: ours, scheduler: "mh", flags: "turbo", wantSched: "mh", wantFlags: ipvs.FlagSchedSH2, refused: 1},
+		{name: "ours only bad flags keep the default", configured: "rr", source: ours, scheduler: "mh", flags: "turbo", wantSched: "mh", wantFlags: ipvs.FlagSchedSH1 | ipvs.FlagSchedSH2, refused: 1},
 		{name: "kube-router sh", configured: "rr", source: kr, scheduler: "sh", wantSched: "sh"},
-		{name: "kube-router mh without flags has none", configured: "rr", source: kr, scheduler: "mh", wantSched: "mh"},
+		{name: "kube-router mh without flags has only the fallback", configured: "rr", source: kr, scheduler: "mh", wantSched: "mh", wantFlags: ipvs.FlagSchedSH1},
 		{name: "kube-router mh with flags", configured: "rr", source: kr, scheduler: "mh", flags: "flag-1,flag-2", wantSched: "mh", wantFlags: ipvs.FlagSchedSH1 | ipvs.FlagSchedSH2},
 		{name: "kube-router flags on sh are ignored as kube-router does", configured: "rr", source: kr, scheduler: "sh", flags: "flag-2", wantSched: "sh", refused: 1},
 		{name: "kube-router value it does not accept", configured: "lc", source: kr, scheduler: "wrr", wantSched: "lc", refused: 1},
-		{name: "kube-router unknown flag", configured: "rr", source: kr, scheduler: "mh", flags: "flag-2,mh-port", wantSched: "mh", wantFlags: ipvs.FlagSchedSH2, refused: 1},
+		{name: "kube-router unknown flag", configured: "rr", source: kr, scheduler: "mh", flags: "flag-2,mh-port", wantSched: "mh", wantFlags: ipvs.FlagSchedSH1 | ipvs.FlagSchedSH2, refused: 1},
 	}
 	for _, s := range config.IPVSSchedulers {
 		want := uint32(0)
 		if s == "mh" {
-			want = ipvs.FlagSchedSH2
+			want = ipvs.FlagSchedSH1 | ipvs.FlagSchedSH2
 		}
 		cases = append(cases, struct {
 			name, configured, source, scheduler, flags string
@@ -194,7 +194,7 @@ func TestSchedulerBadValues(t *testing.T) {
 	e.p.kernel.IPVS = e.ipvs
 	e.clock.Step(2 * minRetryInterval)
 	e.mustSync()
-	if d := e.ipvs.Dump(); !strings.Contains(d, "TCP  10.96.0.4:80 mh mh-port\n") {
+	if d := e.ipvs.Dump(); !strings.Contains(d, "TCP  10.96.0.4:80 mh mh-fallback mh-port\n") {
 		t.Errorf("mh not programmed once available:\n%s", d)
 	}
 }
@@ -418,9 +418,9 @@ func TestOnePacketSchedulingForUDPOnly(t *testing.T) {
 		refused   int
 	}{
 		{v1.ProtocolUDP, "rr", "ops", ipvs.FlagOnePacket, 0},
-		{v1.ProtocolUDP, "mh", "mh-port,ops", ipvs.FlagSchedSH2 | ipvs.FlagOnePacket, 0},
+		{v1.ProtocolUDP, "mh", "mh-port,ops", ipvs.FlagSchedSH1 | ipvs.FlagSchedSH2 | ipvs.FlagOnePacket, 0},
 		{v1.ProtocolTCP, "rr", "ops", 0, 1},
-		{v1.ProtocolSCTP, "mh", "ops", ipvs.FlagSchedSH2, 1},
+		{v1.ProtocolSCTP, "mh", "ops", ipvs.FlagSchedSH1 | ipvs.FlagSchedSH2, 1},
 	} {
 		sched, flags, refused := chooseScheduler("rr", &proxy.ServicePortInfo{Protocol: c.proto, Scheduler: c.sched, SchedulerFlags: c.flags, SchedulerSource: proxy.AnnotationScheduler})
 		if sched != c.sched || flags != c.wantFlags || len(refused) != c.refused {

@@ -558,7 +558,7 @@ func TestVirtualServerFlags(t *testing.T) {
 	e.start(makeService("ns", "a", clusterIP("10.96.0.1"), port("p", v1.ProtocolTCP, 80, 0), affinity(600)),
 		makeSlice("ns", "a", "a-1", tcp("p", 80), endpoint("10.244.2.1")))
 	diff(t, "ipvs", `
-TCP  10.96.0.1:80 mh mh-port persistent 600
+TCP  10.96.0.1:80 mh mh-fallback mh-port persistent 600
   -> 10.244.2.1:80 Masq 1 0 0
 TCP  10.200.0.1:9999 wrr
 `, e.ipvs.Dump())

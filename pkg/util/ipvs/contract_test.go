@@ -425,3 +425,41 @@ func checkGetAllFilter(t *testing.T, h Interface) {
 	}
 	expectKind(t, "flush", h.Flush(ctx), "ok")
 }
+
+// checkListOrderContract: the kernel adds a real server at the head of its virtual
+// server's list (the sh and mh schedulers walk that list), deleting one takes it out,
+// and adding it again puts it at the head. order lists the real servers in the
+// kernel's order: the destination dump for the kernel, ListOrder for the Fake.
+func checkListOrderContract(t *testing.T, h Interface, order func(*VirtualServer) []*RealServer) {
+	ctx := context.Background()
+	vs := &VirtualServer{Address: net.ParseIP("10.0.0.40"), Protocol: TCP, Port: 80, Scheduler: "mh"}
+	if err := h.AddVirtualServer(ctx, vs); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = h.DeleteVirtualServer(ctx, vs) }()
+	rs := func(last byte) *RealServer {
+		return &RealServer{Address: net.IPv4(10, 1, 0, last), Port: 8080, Weight: 1}
+	}
+	words := func() string {
+		var w []string
+		for _, r := range order(vs) {
+			w = append(w, r.Address.String())
+		}
+		return strings.Join(w, " ")
+	}
+	for _, last := range []byte{2, 1, 3} {
+		if err := h.AddRealServer(ctx, vs, rs(last)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got, want := words(), "10.1.0.3 10.1.0.1 10.1.0.2"; got != want {
+		t.Errorf("after adding .2, .1, .3: list %q, want %q (the newest first)", got, want)
+	}
+	errs := h.Write(ctx, []Write{{Kind: WriteDeleteRealServer, VS: vs, RS: rs(2)}, {Kind: WriteAddRealServer, VS: vs, RS: rs(2)}})
+	if errs[0] != nil || errs[1] != nil {
+		t.Fatalf("delete and add again: %v", errs)
+	}
+	if got, want := words(), "10.1.0.2 10.1.0.3 10.1.0.1"; got != want {
+		t.Errorf("after deleting .2 and adding it again: list %q, want %q", got, want)
+	}
+}

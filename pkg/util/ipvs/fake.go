@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/fakeops"
 	"net"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -49,6 +50,14 @@ var knownSchedulers = map[string]bool{
 type fakeService struct {
 	vs   VirtualServer
 	dsts map[string]*RealServer // by RealServer.Key
+	// list is the kernel's list of the service's destinations, by RealServer.Key:
+	// the kernel adds a destination at its head (list_add in __ip_vs_update_dest),
+	// and the sh and mh schedulers build their tables walking it.
+	list []string
+	// trash holds deleted destinations that still had connections: the kernel keeps
+	// them (ip_vs_trash_get_dest) and an add of the same address takes one back with
+	// its connections.
+	trash map[string]*RealServer
 }
 
 // Fake is an in-memory IPVS that answers like the kernel: adding an existing
@@ -212,7 +221,13 @@ func (f *Fake) AddRealServer(ctx context.Context, vs *VirtualServer, rs *RealSer
 		if !kernelAcceptsDestination(rs.Address) {
 			return syscall.EINVAL
 		}
-		svc.dsts[rs.Key()] = &RealServer{Address: normalizeIP(append(net.IP(nil), rs.Address...)), Port: rs.Port, Weight: rs.Weight}
+		d := &RealServer{Address: normalizeIP(append(net.IP(nil), rs.Address...)), Port: rs.Port, Weight: rs.Weight}
+		if t, ok := svc.trash[rs.Key()]; ok {
+			delete(svc.trash, rs.Key())
+			d.ActiveConn, d.InactiveConn = t.ActiveConn, t.InactiveConn
+		}
+		svc.dsts[rs.Key()] = d
+		svc.list = slices.Insert(svc.list, 0, rs.Key())
 		return nil
 	})
 }
@@ -230,10 +245,18 @@ func (f *Fake) UpdateRealServer(ctx context.Context, vs *VirtualServer, rs *Real
 
 func (f *Fake) DeleteRealServer(ctx context.Context, vs *VirtualServer, rs *RealServer) error {
 	return f.realServerOp(ctx, OpDelRS, "deleting", "of", vs, rs, func(svc *fakeService) error {
-		if _, ok := svc.dsts[rs.Key()]; !ok {
+		d, ok := svc.dsts[rs.Key()]
+		if !ok {
 			return syscall.ENOENT
 		}
+		if d.ActiveConn+d.InactiveConn > 0 {
+			if svc.trash == nil {
+				svc.trash = map[string]*RealServer{}
+			}
+			svc.trash[rs.Key()] = d
+		}
 		delete(svc.dsts, rs.Key())
+		svc.list = slices.DeleteFunc(svc.list, func(k string) bool { return k == rs.Key() })
 		return nil
 	})
 }
@@ -265,6 +288,22 @@ func (f *Fake) realServerOp(ctx context.Context, op, verb, preposition string, v
 		return fail(err)
 	}
 	return nil
+}
+
+// ListOrder returns the real servers of vs in the order of the kernel's list (the
+// most recently added first), which the sh and mh schedulers' tables depend on.
+func (f *Fake) ListOrder(vs *VirtualServer) []*RealServer {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	svc, ok := f.services[vs.Key()]
+	if !ok {
+		return nil
+	}
+	out := make([]*RealServer, 0, len(svc.list))
+	for _, k := range svc.list {
+		out = append(out, copyRS(svc.dsts[k]))
+	}
+	return out
 }
 
 // GetRealServers lists the real servers of vs sorted by address and port; as the

@@ -292,3 +292,46 @@ func TestFakeTimeoutContract(t *testing.T) {
 	f := NewFake()
 	checkTimeoutContract(t, f, f.Timeouts)
 }
+
+func TestFakeListOrderContract(t *testing.T) {
+	f := NewFake()
+	checkListOrderContract(t, f, f.ListOrder)
+}
+
+// TestFakeTrashKeepsConnections: a real server deleted with connections and added
+// again comes back with them, as the kernel takes it back from its trash
+// (TestVMConnectionCounters shows the kernel doing it); one deleted without any comes
+// back with none.
+func TestFakeTrashKeepsConnections(t *testing.T) {
+	ctx := context.Background()
+	f := NewFake()
+	vs := &VirtualServer{Address: net.ParseIP("10.0.0.41"), Protocol: TCP, Port: 80, Scheduler: "mh"}
+	busy := &RealServer{Address: net.ParseIP("10.1.0.1"), Port: 8080, Weight: 1}
+	idle := &RealServer{Address: net.ParseIP("10.1.0.2"), Port: 8080, Weight: 1}
+	if err := f.AddVirtualServer(ctx, vs); err != nil {
+		t.Fatal(err)
+	}
+	for _, rs := range []*RealServer{busy, idle} {
+		if err := f.AddRealServer(ctx, vs, rs); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := f.SetRealServerConnections(vs, busy, 2, 1); err != nil {
+		t.Fatal(err)
+	}
+	for _, rs := range []*RealServer{busy, idle} {
+		if err := f.DeleteRealServer(ctx, vs, rs); err != nil {
+			t.Fatal(err)
+		}
+		if err := f.AddRealServer(ctx, vs, &RealServer{Address: rs.Address, Port: rs.Port, Weight: 0}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := f.GetRealServers(ctx, vs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 2 || got[0].ActiveConn != 2 || got[0].InactiveConn != 1 || got[0].Weight != 0 || got[1].ActiveConn+got[1].InactiveConn != 0 {
+		t.Errorf("after delete and add at weight 0: %+v %+v, want 10.1.0.1 with 2/1 connections, 10.1.0.2 with none", got[0], got[1])
+	}
+}

@@ -41,6 +41,19 @@ func TestVMVirtualServerContract(t *testing.T) {
 	netns.Run(t, func(t *testing.T) { checkVirtualServerContract(t, newVMClient(t)) })
 }
 
+func TestVMListOrderContract(t *testing.T) {
+	netns.Run(t, func(t *testing.T) {
+		c := newVMClient(t)
+		checkListOrderContract(t, c, func(vs *VirtualServer) []*RealServer {
+			rss, err := c.GetRealServers(context.Background(), vs)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return rss
+		})
+	})
+}
+
 func TestVMRealServerContract(t *testing.T) {
 	netns.Run(t, func(t *testing.T) { checkRealServerContract(t, newVMClient(t)) })
 }
@@ -174,6 +187,16 @@ func TestVMConnectionCounters(t *testing.T) {
 		rss, err = c.GetRealServers(ctx, vs)
 		if err != nil || rss[0].Weight != 0 || rss[0].InactiveConn != 1 {
 			t.Errorf("after weight 0: %+v, %v; want weight 0 InactiveConn 1", rss, err)
+		}
+		// Deleted and added again in one send, it comes back from the kernel's trash
+		// with its connection (the order keeping of sh and mh relies on it).
+		errs := c.Write(ctx, []Write{{Kind: WriteDeleteRealServer, VS: vs, RS: rs}, {Kind: WriteAddRealServer, VS: vs, RS: &RealServer{Address: rs.Address, Port: rs.Port, Weight: 0}}})
+		if errs[0] != nil || errs[1] != nil {
+			t.Fatalf("delete and add again: %v", errs)
+		}
+		rss, err = c.GetRealServers(ctx, vs)
+		if err != nil || len(rss) != 1 || rss[0].InactiveConn != 1 {
+			t.Errorf("after delete and add again: %+v, %v; want InactiveConn 1 kept", rss, err)
 		}
 	})
 }
