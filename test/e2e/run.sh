@@ -53,6 +53,7 @@ nft_scenarios=(
 	TestTwoNodeTestbed TestTwoNodeExternalToRemoteEndpoints TestTwoNodeExternalTrafficPolicyLocal
 	TestTwoNodePodToRemotePod TestTwoNodeLoadBalancerSourceRanges TestTwoNodeUDPEndpointReplacement
 	TestTwoNodeSessionAffinityFromOutside TestTwoNodeTerminatingDrain TestTwoNodeSoak TestExplain TestUDPOnePacketScheduling
+	TestTwoNodeConsistentHashing
 )
 # Run with the default backend only, and why.
 declare -A iptables_only=(

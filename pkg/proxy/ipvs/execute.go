@@ -224,6 +224,7 @@ func (p *Proxier) executeVirtualServer(ctx context.Context, vp *vsPlan, stats *S
 	}
 	next := make([]desiredRS, 0, len(vp.steps))
 	changedRS := false
+	p.keepBusyInPlace(ctx, vp, a, stats)
 	for _, s := range vp.steps {
 		rs, changed := p.executeRealServer(ctx, vp, a, s, stats, out)
 		next = append(next, rs...)
@@ -350,10 +351,37 @@ func (p *Proxier) executeRealServer(ctx context.Context, vp *vsPlan, a *appliedV
 	return []desiredRS{s.want}, s.action != rsKeep
 }
 
+// keepBusyInPlace turns the re-adds of vp (keepListOrder) of real servers with an
+// established connection into their plain steps: deleting a real server makes the
+// kernel expire its connections (with expire_nodest_conn=1, from a work queued a tick
+// after the delete), and a re-add does not always come first. Such a real server stays
+// where it is in the kernel's list until a later addition finds it idle. When the
+// real servers cannot be read, none is re-added.
+func (p *Proxier) keepBusyInPlace(ctx context.Context, vp *vsPlan, a *appliedVS, stats *SyncStats) {
+	if !slices.ContainsFunc(vp.steps, func(s rsStep) bool { return s.readd }) {
+		return
+	}
+	stats.count(opDumpIPVS)
+	live, err := p.kernel.IPVS.GetRealServers(ctx, a.vs)
+	if err != nil {
+		p.logger.Error(err, "Failed to read real servers; not reordering them", "virtualServer", vp.key)
+	}
+	busy := make(map[rsKey]bool, len(live))
+	for _, rs := range live {
+		busy[keyOfRS(rs.Address, rs.Port)] = rs.ActiveConn > 0
+	}
+	for i := range vp.steps {
+		if s := &vp.steps[i]; s.readd && (err != nil || busy[s.key()]) {
+			s.readd = false
+		}
+	}
+}
+
 // reAddRealServer deletes a real server and adds it again at its weight after step s
 // (keepListOrder), both requests in one send so that the kernel carries them out back
 // to back: the deleted real server waits in the kernel's trash and the add takes it
-// back from there, with its connections and counters. It returns what the virtual
+// back from there, with its counters. Only real servers without an established
+// connection get here (keepBusyInPlace). It returns what the virtual
 // server holds of that real server afterwards.
 func (p *Proxier) reAddRealServer(ctx context.Context, vp *vsPlan, a *appliedVS, s rsStep, stats *SyncStats, out *outcome) ([]desiredRS, bool) {
 	k, w := s.key(), s.weightAfter()

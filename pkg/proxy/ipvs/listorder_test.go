@@ -1,6 +1,7 @@
 package ipvs
 
 import (
+	"context"
 	"net"
 	"strconv"
 	"strings"
@@ -81,34 +82,49 @@ func TestOrderSensitiveListOrder(t *testing.T) {
 	}
 }
 
-// TestListOrderDrainingRealServer: a real server draining at weight 0 whose key sorts
-// after a new one is added again at weight 0 (the kernel then keeps no slot of the
-// table for it) and keeps draining; its connections stay, and the plan says so.
-func TestListOrderDrainingRealServer(t *testing.T) {
+// TestListOrderBusyAndDraining: a real server whose key sorts after a new one is
+// added again only when it has no established connection (deleting it would make
+// the kernel expire its connections): a draining one with only inactive entries comes
+// back at weight 0 (the kernel then keeps no slot of the table for it) and keeps
+// draining; a busy one stays where it is.
+func TestListOrderBusyAndDraining(t *testing.T) {
 	e := newTestEnv(t, v1.IPv4Protocol)
 	svc := makeService("ns", "hash", clusterIP("10.96.0.9"), port("p", v1.ProtocolTCP, 80, 0), annotate(proxy.AnnotationScheduler, "mh"))
-	s1 := orderSlice("10.244.2.2", "10.244.2.4")
+	s1 := orderSlice("10.244.2.2", "10.244.2.4", "10.244.2.5")
 	e.start(svc, s1)
 	vs := &ipvs.VirtualServer{Address: net.ParseIP("10.96.0.9"), Protocol: "TCP", Port: 80}
-	if err := e.ipvs.SetRealServerConnections(vs, &ipvs.RealServer{Address: net.ParseIP("10.244.2.4"), Port: 80}, 1, 0); err != nil {
-		t.Fatal(err)
+	conns := func(ip string, active, inactive int) {
+		if err := e.ipvs.SetRealServerConnections(vs, &ipvs.RealServer{Address: net.ParseIP(ip), Port: 80}, active, inactive); err != nil {
+			t.Fatal(err)
+		}
 	}
-	// 10.244.2.4 leaves (it has a connection: it drains), then 10.244.2.3 comes.
-	s2 := orderSlice("10.244.2.2")
+	conns("10.244.2.4", 0, 1)
+	conns("10.244.2.5", 1, 0)
+	// 10.244.2.4 leaves (it has a connection entry: it drains), then 10.244.2.3 comes.
+	s2 := orderSlice("10.244.2.2", "10.244.2.5")
 	e.updateSlice(s1, s2)
 	e.mustSync()
-	if got, w := listOrder(e), "10.244.2.4:0 10.244.2.2:1"; got != w {
+	if got, w := listOrder(e), "10.244.2.5:1 10.244.2.4:0 10.244.2.2:1"; got != w {
 		t.Fatalf("after the drain: kernel list %q, want %q", got, w)
 	}
-	s3 := orderSlice("10.244.2.2", "10.244.2.3")
+	s3 := orderSlice("10.244.2.2", "10.244.2.3", "10.244.2.5")
 	e.updateSlice(s2, s3)
 	e.ipvs.ResetOps()
 	e.mustSync()
-	if got, w := listOrder(e), "10.244.2.4:0 10.244.2.3:1 10.244.2.2:1"; got != w {
-		t.Errorf("after the add: kernel list %q, want %q", got, w)
+	if got, w := listOrder(e), "10.244.2.4:0 10.244.2.3:1 10.244.2.5:1 10.244.2.2:1"; got != w {
+		t.Errorf("after the add: kernel list %q, want %q (.4 added again after .3, busy .5 in place)", got, w)
 	}
 	if ops := e.ipvs.Ops(); ops[ipvs.OpAddRS] != 2 || ops[ipvs.OpDelRS] != 1 || ops[ipvs.OpUpdateRS] != 0 {
-		t.Errorf("writes %v, want 2 adds and 1 delete (add the new one, then delete and add the draining one)", ops)
+		t.Errorf("writes %v, want 2 adds and 1 delete (the new one; the draining one deleted and added again)", ops)
+	}
+	rss, err := e.ipvs.GetRealServers(context.Background(), vs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, rs := range rss {
+		if rs.Address.String() == "10.244.2.4" && rs.InactiveConn != 1 {
+			t.Errorf("10.244.2.4 lost its connection entry: %+v", rs)
+		}
 	}
 	draining := 0
 	for k := range e.p.draining {

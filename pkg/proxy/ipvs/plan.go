@@ -342,11 +342,13 @@ func orderSensitive(scheduler string) bool { return scheduler == "mh" || schedul
 // adding every real server in key order gives, whatever the history: a new real
 // server goes to the head of the list, so every present one whose key sorts after the
 // smallest new key (all of them when the scheduler just became order-sensitive) is
-// deleted and added again, in key order, right after. A real server draining at
-// weight 0 that is added again comes back at weight 0, which takes it out of the
-// table (the kernel keeps a drained real server's slots by its last non-zero weight,
-// one re-added at 0 has none), as on a node that already deleted it. steps are in key
-// order (the walk of planVirtualServer); stale follow, except the re-added ones.
+// deleted and added again, in key order, right after; except, when the plan is
+// carried out, one with an established connection (keepBusyInPlace). A real server
+// draining at weight 0 that is added again comes back at weight 0, which takes it out
+// of the table (the kernel keeps a drained real server's slots by its last non-zero
+// weight, one re-added at 0 has none), as on a node that already deleted it. steps
+// are in key order (the walk of planVirtualServer); stale follow, except the re-added
+// ones.
 func keepListOrder(steps, stale []rsStep, all bool) []rsStep {
 	var first *rsKey
 	for i := range steps {

@@ -11,7 +11,9 @@
 //	e2e-agent get --url http://10.0.2.15:30001/
 //	    prints "STATUS <code>" and the body (health check node ports);
 //	e2e-agent relay|hold|lb ...
-//	    the two-node testbed's roles (see twonode.go).
+//	    the two-node testbed's roles (see twonode.go);
+//	e2e-agent sweep --sources IP,... --targets HOST:PORT,...
+//	    one connection from each source to each target (see sweep.go).
 package main
 
 import (
@@ -21,7 +23,7 @@ import (
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: e2e-agent agent|serve|client|get|relay|hold|lb [flags]")
+		fmt.Fprintln(os.Stderr, "usage: e2e-agent agent|serve|client|get|relay|hold|lb|sweep [flags]")
 		os.Exit(2)
 	}
 	var err error
@@ -40,6 +42,8 @@ func main() {
 		err = runHold(os.Args[2:])
 	case "lb":
 		err = runLB(os.Args[2:])
+	case "sweep":
+		err = runSweep(os.Args[2:])
 	default:
 		err = fmt.Errorf("unknown role %q", os.Args[1])
 	}
