@@ -113,12 +113,34 @@ type UpdateEndpointsMapResult struct {
 
 // Update applies and clears the tracker's pending changes.
 func (em EndpointsMap) Update(ect *EndpointsChangeTracker) UpdateEndpointsMapResult {
+	result, changes := ect.checkout()
+	for svc := range result.UpdatedServices {
+		change := changes[svc]
+		for spn := range change.previous {
+			delete(em, spn)
+		}
+		for spn, eps := range change.current {
+			em[spn] = eps
+		}
+	}
+	return result
+}
+
+// Checkout clears the tracker's pending changes and says what they changed, for a
+// proxier that reads the endpoints from the tracker (Endpoints) instead of keeping an
+// EndpointsMap.
+func (ect *EndpointsChangeTracker) Checkout() UpdateEndpointsMapResult {
+	result, _ := ect.checkout()
+	return result
+}
+
+func (ect *EndpointsChangeTracker) checkout() (UpdateEndpointsMapResult, map[types.NamespacedName]*endpointsChange) {
 	result := UpdateEndpointsMapResult{
 		UpdatedServices:        sets.New[types.NamespacedName](),
 		LastChangeTriggerTimes: make(map[types.NamespacedName][]time.Time),
 	}
 	if ect == nil {
-		return result
+		return result, nil
 	}
 	ect.lock.Lock()
 	changes := ect.cache.checkoutChanges()
@@ -129,18 +151,19 @@ func (em EndpointsMap) Update(ect *EndpointsChangeTracker) UpdateEndpointsMapRes
 	ect.lock.Unlock()
 
 	for svc, change := range changes {
-		if reflect.DeepEqual(change.previous, change.current) {
-			continue
-		}
-		result.UpdatedServices.Insert(svc)
-		for spn := range change.previous {
-			delete(em, spn)
-		}
-		for spn, eps := range change.current {
-			em[spn] = eps
+		if !reflect.DeepEqual(change.previous, change.current) {
+			result.UpdatedServices.Insert(svc)
 		}
 	}
-	return result
+	return result, changes
+}
+
+// Endpoints are the endpoints of spn as of the last Checkout (or Update), sorted by
+// String(); shared, not to be written.
+func (ect *EndpointsChangeTracker) Endpoints(spn ServicePortName) []*Endpoint {
+	ect.lock.Lock()
+	defer ect.lock.Unlock()
+	return ect.cache.endpoints(spn)
 }
 
 // addressTypeOf is the EndpointSlice address type holding family's addresses.

@@ -4,6 +4,7 @@ package proxy
 
 import (
 	"fmt"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -323,6 +324,7 @@ func TestEndpointSliceParsing(t *testing.T) {
 			if diff := cmp.Diff(tc.want, dumpEndpoints(em)); diff != "" {
 				t.Errorf("endpoints (-want +got):\n%s", diff)
 			}
+			checkTrackerEndpoints(t, ect, em)
 		})
 	}
 }
@@ -504,6 +506,7 @@ func TestEndpointsChangeTracker(t *testing.T) {
 			if diff := cmp.Diff(tc.wantMap, dumpEndpoints(em)); diff != "" {
 				t.Errorf("map (-want +got):\n%s", diff)
 			}
+			checkTrackerEndpoints(t, ect, em)
 			if diff := cmp.Diff(sets.New(tc.wantUpdated...), result.UpdatedServices); diff != "" {
 				t.Errorf("UpdatedServices (-want +got):\n%s", diff)
 			}
@@ -543,5 +546,22 @@ func TestLastChangeTriggerTimes(t *testing.T) {
 	}
 	if again := em.Update(ect).LastChangeTriggerTimes; len(again) != 0 {
 		t.Fatalf("trigger times not cleared: %v", again)
+	}
+}
+
+// checkTrackerEndpoints: what the tracker hands out port by port (Endpoints) is what
+// the map holds; a port the map lacks has none.
+func checkTrackerEndpoints(t *testing.T, ect *EndpointsChangeTracker, em EndpointsMap) {
+	t.Helper()
+	for spn, eps := range em {
+		got := ect.Endpoints(spn)
+		if !reflect.DeepEqual(got, eps) {
+			t.Errorf("Endpoints(%s) = %v, want the map's %v", spn, got, eps)
+		}
+		other := spn
+		other.Port += "-not-a-port"
+		if got := ect.Endpoints(other); got != nil {
+			t.Errorf("Endpoints(%s) = %v, want none", other, got)
+		}
 	}
 }

@@ -35,6 +35,9 @@ type endpointSliceCache struct {
 type sliceTracker struct {
 	applied []namedSlice
 	pending []namedSlice // nil when nothing is pending
+	// merged are the applied slices' endpoints merged, when there are several (nil
+	// for one: its endpoints are read from the slice).
+	merged EndpointsMap
 }
 
 type namedSlice struct {
@@ -167,6 +170,10 @@ func (c *endpointSliceCache) checkoutChanges() map[types.NamespacedName]*endpoin
 		tracker.pending = nil // most Services have nothing pending most of the time
 		change.current = c.endpointsMap(svc, tracker.applied)
 		changes[svc] = change
+		tracker.merged = nil
+		if len(tracker.applied) > 1 {
+			tracker.merged = change.current
+		}
 		if len(tracker.applied) == 0 {
 			delete(c.byService, svc)
 		}
@@ -179,6 +186,25 @@ func (c *endpointSliceCache) checkoutChanges() map[types.NamespacedName]*endpoin
 		clear(c.pending)
 	}
 	return changes
+}
+
+// endpoints are spn's applied endpoints (endpointsMap's, without making the map).
+func (c *endpointSliceCache) endpoints(spn ServicePortName) []*Endpoint {
+	tracker := c.byService[spn.NamespacedName]
+	switch {
+	case tracker == nil || len(tracker.applied) == 0:
+		return nil
+	case tracker.merged != nil:
+		return tracker.merged[spn]
+	}
+	// As endpointsMap: of two ports with one name and protocol, the last wins.
+	var eps []*Endpoint
+	for _, port := range tracker.applied[0].info.ports {
+		if port.name == spn.Port && port.protocol == spn.Protocol && len(port.endpoints) > 0 {
+			eps = port.endpoints
+		}
+	}
+	return eps
 }
 
 // removedSlice marks a slice's removal in the pending list.

@@ -83,42 +83,65 @@ func (sct *ServiceChangeTracker) PendingChanges() int {
 type UpdateServiceMapResult struct {
 	// UpdatedServices is every Service whose ports were added, changed or removed.
 	UpdatedServices sets.Set[types.NamespacedName]
-	// Ports are the port names of each updated Service after the update, sorted
-	// (none for a Service that is gone or has nothing for this family): the proxier
-	// needs no port bookkeeping of its own.
-	Ports map[types.NamespacedName][]ServicePortName
+	// Ports are the ports of each updated Service after the update, sorted by name
+	// (none for a Service that is gone or has nothing for this family): a proxier
+	// can keep them instead of a ServicePortMap. The lists are never written.
+	Ports map[types.NamespacedName][]ServicePort
+}
+
+// ServicePort is one port of a Service: its name and its info.
+type ServicePort struct {
+	Name ServicePortName
+	Info *ServicePortInfo
 }
 
 // Update applies and clears the tracker's pending changes.
 func (sm ServicePortMap) Update(sct *ServiceChangeTracker) UpdateServiceMapResult {
+	result, previous := sct.checkout()
+	for nn, old := range previous {
+		for name := range old {
+			delete(sm, name)
+		}
+		for _, p := range result.Ports[nn] {
+			sm[p.Name] = p.Info
+		}
+	}
+	return result
+}
+
+// Checkout clears the tracker's pending changes and returns them, for a proxier that
+// keeps UpdateServiceMapResult.Ports instead of a ServicePortMap.
+func (sct *ServiceChangeTracker) Checkout() UpdateServiceMapResult {
+	result, _ := sct.checkout()
+	return result
+}
+
+// checkout returns the changes, and each changed Service's ports before them.
+func (sct *ServiceChangeTracker) checkout() (UpdateServiceMapResult, map[types.NamespacedName]ServicePortMap) {
 	result := UpdateServiceMapResult{
 		UpdatedServices: sets.New[types.NamespacedName](),
-		Ports:           map[types.NamespacedName][]ServicePortName{},
+		Ports:           map[types.NamespacedName][]ServicePort{},
 	}
 	if sct == nil {
-		return result
+		return result, nil
 	}
 	sct.lock.Lock()
 	items := sct.items
 	sct.items = make(map[types.NamespacedName]*serviceChange)
 	sct.lock.Unlock()
 
+	previous := make(map[types.NamespacedName]ServicePortMap, len(items))
 	for nn, change := range items {
 		result.UpdatedServices.Insert(nn)
-		for name := range change.previous {
-			if _, kept := change.current[name]; !kept {
-				delete(sm, name)
-			}
-		}
-		names := make([]ServicePortName, 0, len(change.current))
+		previous[nn] = change.previous
+		ports := make([]ServicePort, 0, len(change.current))
 		for name, info := range change.current {
-			sm[name] = info
-			names = append(names, name)
+			ports = append(ports, ServicePort{Name: name, Info: info})
 		}
-		slices.SortFunc(names, func(a, b ServicePortName) int {
-			return cmp.Or(cmp.Compare(a.String(), b.String()), cmp.Compare(a.Protocol, b.Protocol))
+		slices.SortFunc(ports, func(a, b ServicePort) int {
+			return cmp.Or(cmp.Compare(a.Name.String(), b.Name.String()), cmp.Compare(a.Name.Protocol, b.Name.Protocol))
 		})
-		result.Ports[nn] = names
+		result.Ports[nn] = ports
 	}
-	return result
+	return result, previous
 }

@@ -189,7 +189,7 @@ func TestServiceChangeTracker(t *testing.T) {
 					t.Errorf("Ports[%s] = %v, want the map's %v", n, result.Ports[n], want)
 				}
 				for _, spn := range want {
-					if !slices.Contains(result.Ports[n], spn) {
+					if !slices.ContainsFunc(result.Ports[n], func(p ServicePort) bool { return p.Name == spn && p.Info == sm[spn] }) {
 						t.Errorf("Ports[%s] lacks %s", n, spn)
 					}
 				}

@@ -38,8 +38,7 @@ func TestClusterKeysOfState(t *testing.T) {
 				t.Errorf("clusterKeys() = %v, want %v", got, tc.want)
 			}
 			p := &Proxier{inputs: newInputs()}
-			p.svcPorts[name.NamespacedName] = []proxy.ServicePortName{*name}
-			p.svcPortMap[*name] = &info
+			p.svcPorts[name.NamespacedName] = []proxy.ServicePort{{Name: *name, Info: &info}}
 			if got := p.clusterKeysOf(name.NamespacedName); !slices.Equal(got, tc.want) {
 				t.Errorf("clusterKeysOf() = %v, want %v", got, tc.want)
 			}

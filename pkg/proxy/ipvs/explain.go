@@ -173,11 +173,8 @@ func (p *Proxier) explainLocked(name types.NamespacedName) (*Explanation, map[[2
 		x.LastSync.Error = p.lastSync.Err.Error()
 	}
 	specs := map[[2]int]*ipvs.VirtualServer{}
-	for _, spn := range names {
-		info := p.svcPortMap[spn]
-		if info == nil {
-			continue
-		}
+	for _, sp := range names {
+		spn, info := sp.Name, sp.Info
 		pe := PortExplanation{Name: spn.Port, Protocol: string(info.Protocol), Port: info.Port, NodePort: info.NodePort,
 			HealthCheckNodePort: info.HealthCheckNodePort, ExternalPolicyLocal: info.ExternalPolicyLocal, InternalPolicyLocal: info.InternalPolicyLocal}
 		var desired []*desiredVS
@@ -192,7 +189,7 @@ func (p *Proxier) explainLocked(name types.NamespacedName) (*Explanation, map[[2
 			pe.VirtualServers = append(pe.VirtualServers, p.explainVS(name, d))
 			specs[[2]int{len(x.Ports), i}] = d.vs
 		}
-		pe.Endpoints, pe.EndpointsTruncated = explainEndpoints(p.endpointsMap[spn], desired)
+		pe.Endpoints, pe.EndpointsTruncated = explainEndpoints(p.endpointsChanges.Endpoints(spn), desired)
 		x.Ports = append(x.Ports, pe)
 	}
 	if st != nil {

@@ -12,11 +12,12 @@ import (
 // inputs are what the proxier has taken of the Services, their endpoints and the
 // node: the desired state is built from them alone.
 type inputs struct {
-	svcPortMap   proxy.ServicePortMap
-	endpointsMap proxy.EndpointsMap
-	// svcPorts are the port names of every Service with ports in this family, as
-	// the service tracker reports them.
-	svcPorts             map[types.NamespacedName][]proxy.ServicePortName
+	// svcPorts are the ports of every Service with ports in this family, as the
+	// service tracker reports them (never written: desired virtual servers point at
+	// their names). The endpoints are read from the endpoints tracker, which holds
+	// them anyway (EndpointsChangeTracker.Endpoints): at 50k Services a map of
+	// service ports and one of endpoints, keyed by a 64-byte name, took 11 MB.
+	svcPorts             map[types.NamespacedName][]proxy.ServicePort
 	nodeLabels           map[string]string
 	nodeLabelsChanged    bool
 	servicesSynced       bool
@@ -24,8 +25,7 @@ type inputs struct {
 }
 
 func newInputs() inputs {
-	return inputs{svcPortMap: proxy.ServicePortMap{}, endpointsMap: proxy.EndpointsMap{},
-		svcPorts: map[types.NamespacedName][]proxy.ServicePortName{}}
+	return inputs{svcPorts: map[types.NamespacedName][]proxy.ServicePort{}}
 }
 
 // kernelMemory is what the proxier knows the kernel holds, and the reads and

@@ -61,8 +61,8 @@ func (p *Proxier) updateClusterOwners(changed sets.Set[types.NamespacedName]) {
 // (an unusable address is refused as an external address too).
 func (p *Proxier) clusterKeysOf(name types.NamespacedName) []vsKey {
 	var keys []vsKey
-	for _, spn := range p.svcPorts[name] {
-		if info, ok := p.svcPortMap[spn]; ok && info.ClusterIP != nil && unusableAddress(info.ClusterIP) == "" {
+	for _, sp := range p.svcPorts[name] {
+		if info := sp.Info; info.ClusterIP != nil && unusableAddress(info.ClusterIP) == "" {
 			keys = append(keys, makeVSKey(string(info.Protocol), info.ClusterIP, uint16(info.Port)))
 		}
 	}

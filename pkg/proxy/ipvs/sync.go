@@ -161,7 +161,7 @@ func (p *Proxier) syncFull(ctx context.Context, snap *appliedState, start time.T
 
 // takeChanges applies the queued changes to the service and endpoint maps.
 func (p *Proxier) takeChanges() *takenChanges {
-	c := &takenChanges{svc: p.svcPortMap.Update(p.serviceChanges)}
+	c := &takenChanges{svc: p.serviceChanges.Checkout()}
 	for name, ports := range c.svc.Ports {
 		if len(ports) == 0 {
 			delete(p.svcPorts, name)
@@ -169,7 +169,7 @@ func (p *Proxier) takeChanges() *takenChanges {
 			p.svcPorts[name] = ports
 		}
 	}
-	c.ep = p.endpointsMap.Update(p.endpointsChanges)
+	c.ep = p.endpointsChanges.Checkout()
 	observeChangesApplied()
 	return c
 }
@@ -346,17 +346,15 @@ func (p *Proxier) allTouched(observed *appliedState) *touched {
 // buildService builds the desired state of one Service from its ports (nil when it has
 // no ports left in this family).
 func (p *Proxier) buildService(name types.NamespacedName) *serviceState {
-	names := p.svcPorts[name]
-	if len(names) == 0 {
+	sps := p.svcPorts[name]
+	if len(sps) == 0 {
 		return nil
 	}
-	ports := make([]servicePort, 0, len(names))
-	for i, spn := range names {
-		if info, ok := p.svcPortMap[spn]; ok {
-			// The names are never written (takeChanges replaces a Service's list):
-			// the desired virtual servers point into it.
-			ports = append(ports, servicePort{name: &names[i], info: info, endpoints: p.endpointsMap[spn]})
-		}
+	ports := make([]servicePort, 0, len(sps))
+	for i := range sps {
+		// The list is never written (takeChanges replaces a Service's list): the
+		// desired virtual servers point at its names.
+		ports = append(ports, servicePort{name: &sps[i].Name, info: sps[i].Info, endpoints: p.endpointsChanges.Endpoints(sps[i].Name)})
 	}
 	return buildServiceState(&p.bc, ports)
 }

@@ -190,12 +190,25 @@ func TestTrimmedObjectsSameState(t *testing.T) {
 			if diff := cmp.Diff(wantEvents, gotEvents); diff != "" {
 				t.Errorf("Events (-whole +trimmed):\n%s", diff)
 			}
-			if diff := cmp.Diff(whole.p.svcPortMap, cached.p.svcPortMap); diff != "" {
-				t.Errorf("service map (-whole +trimmed):\n%s", diff)
-			}
-			if diff := cmp.Diff(whole.p.endpointsMap, cached.p.endpointsMap, cmp.AllowUnexported(proxy.Endpoint{})); diff != "" {
-				t.Errorf("endpoints map (-whole +trimmed):\n%s", diff)
+			if diff := cmp.Diff(portInputs(whole.p), portInputs(cached.p), cmp.AllowUnexported(proxy.Endpoint{})); diff != "" {
+				t.Errorf("service ports and endpoints (-whole +trimmed):\n%s", diff)
 			}
 		})
 	}
+}
+
+// portInput is what a proxier holds of one Service port: its info and endpoints.
+type portInput struct {
+	Info      *proxy.ServicePortInfo
+	Endpoints []*proxy.Endpoint
+}
+
+func portInputs(p *Proxier) map[proxy.ServicePortName]portInput {
+	out := map[proxy.ServicePortName]portInput{}
+	for _, ports := range p.svcPorts {
+		for _, sp := range ports {
+			out[sp.Name] = portInput{Info: sp.Info, Endpoints: p.endpointsChanges.Endpoints(sp.Name)}
+		}
+	}
+	return out
 }
