@@ -5,7 +5,7 @@ GO ?= go
 BIN := bin
 export CGO_ENABLED ?= 0
 
-.PHONY: all build test unit integration vmtest e2e soak outage demo bench lint image deps clean release release-test conformance
+.PHONY: all build test unit integration vmtest e2e soak outage demo bench lint image deps clean release release-test conformance conformance-ci conformance-prebuild
 
 all: build
 
@@ -20,7 +20,7 @@ build:
 # Everything CI runs: the README's test command.
 # (make release checks the release it writes; its cold cross-builds, ~10 min, stay
 # out of CI's budget; hack/release's own tests run in make unit.)
-test: deps lint unit integration vmtest e2e
+test: deps conformance-prebuild lint unit integration vmtest e2e conformance-ci
 
 deps:
 	hack/install-deps.sh
@@ -64,6 +64,18 @@ demo: build
 # _output/conformance/results.md.
 conformance:
 	FOCUS='$(FOCUS)' PROXIES='$(PROXIES)' test/conformance/run.sh
+
+# make test's conformance step: the specs of test/conformance/ci.txt (ClusterIP,
+# NodePort, session affinity, hairpin, cross-node) against ours-iptables on a fresh
+# two-node cluster (test/conformance/ci.sh); fails when any of them did not pass.
+conformance-ci:
+	test/conformance/ci.sh
+
+# make test starts the conformance step's build (binaries, images, node disk) in the
+# background at nice 19 right after deps, so a cold build uses the CPU the other
+# layers leave idle; conformance-ci waits for it (log: _output/conformance-ci/prebuild.log).
+conformance-prebuild:
+	test/conformance/ci.sh prebuild
 
 # Scale benchmarks, never part of `test`: the fake kernel, then upstream (ipvs and
 # nftables modes) against ours (both rules backends) and the kernel's tools in the

@@ -5,11 +5,17 @@
 # module's go.mod and go.sum, so a fresh clone elsewhere reuses it:
 #
 #   DIR/bin/{kubelet,kube-controller-manager,kube-scheduler,kubectl,kube-proxy,ginkgo,e2e.test}
+#   DIR/bin/e2e-network.test  upstream's suite with only its network specs (tools/e2enetwork)
 #   DIR/images/NAME.oci.tar   OCI image-layout archives, linux/amd64
 #   DIR/images/index.tsv      "REFERENCE<TAB>NAME.oci.tar" per image
+#   DIR/images-ci/            pause, agnhost and CoreDNS only, the same way
 #
 # Usage: build.sh        -> builds the binaries and the images, prints DIR
 #        build.sh bin    -> builds only the binaries (kubelet first), prints DIR
+#        build.sh ci     -> only what `make test`'s conformance step (ci.sh) uses:
+#                           kubelet, kube-controller-manager, kube-scheduler,
+#                           kubectl, ginkgo, e2e-network.test and DIR/images-ci
+#                           (copied from DIR/images when that is complete)
 #
 # The build flags never change (and match test/e2e/lib/build-tools.sh), so the
 # Go build cache hits on every rebuild: cold builds take tens of minutes on
@@ -21,9 +27,9 @@ tools="$here/tools"
 cache=${KPI_CACHE:-/var/cache/kube-proxy-ipvs}
 what=${1:-all}
 case $what in
-all | bin) ;;
+all | bin | ci) ;;
 *)
-	echo "usage: $0 [bin]" >&2
+	echo "usage: $0 [bin|ci]" >&2
 	exit 2
 	;;
 esac
@@ -64,7 +70,7 @@ build_bin() { # name package
 	mkdir -p "$out/bin"
 	log "building $name ($pkg, tools module of k8s.io/kubernetes $k8s_ver) into $out/bin"
 	local start=$SECONDS
-	if [[ $name == e2e.test ]]; then
+	if [[ $name == *.test ]]; then
 		go_run "$name" go test -c -v -ldflags="$ldflags" -o "$out/bin/$name.tmp" "$pkg"
 	else
 		go_run "$name" go build -v -ldflags="$ldflags" -o "$out/bin/$name.tmp" "$pkg"
@@ -74,10 +80,18 @@ build_bin() { # name package
 }
 
 bins=(kubelet kube-controller-manager kube-scheduler kubectl kube-proxy ginkgo e2e.test)
+images=images
+if [[ $what == ci ]]; then
+	bins=(kubelet kube-controller-manager kube-scheduler kubectl ginkgo e2e-network.test)
+	images=images-ci
+fi
+images_done() { # FOLDER
+	[[ -f "$out/$1/index.tsv" && $(cat "$out/$1/.key" 2>/dev/null) == "$(images_key)" ]]
+}
 have_all() {
 	local b
 	for b in "${bins[@]}"; do [[ -x "$out/bin/$b" ]] || return 1; done
-	[[ $what == bin ]] || [[ -f "$out/images/index.tsv" && $(cat "$out/images/.key" 2>/dev/null) == "$(images_key)" ]]
+	[[ $what == bin ]] || images_done "$images"
 }
 images_key() { # every input of images/build.sh but the tools module (in DIR's name)
 	cat "$here/images/build.sh" "$here"/images/*/*.go "$here"/images/*/Dockerfile \
@@ -100,18 +114,30 @@ build_bin kubelet k8s.io/kubernetes/cmd/kubelet
 build_bin kube-controller-manager k8s.io/kubernetes/cmd/kube-controller-manager
 build_bin kube-scheduler k8s.io/kubernetes/cmd/kube-scheduler
 build_bin kubectl k8s.io/kubernetes/cmd/kubectl
-# Upstream's kube-proxy: the upstream-ipvs column's image (images/build.sh).
-build_bin kube-proxy k8s.io/kubernetes/cmd/kube-proxy
 build_bin ginkgo github.com/onsi/ginkgo/v2/ginkgo
-build_bin e2e.test k8s.io/kubernetes/test/e2e
+if [[ $what == ci ]]; then
+	# The same specs, framework and flags as e2e.test without the other
+	# areas' suites: about half e2e.test's cold build (tools/e2enetwork).
+	build_bin e2e-network.test ./e2enetwork
+else
+	# Upstream's kube-proxy: the upstream-ipvs column's image (images/build.sh).
+	build_bin kube-proxy k8s.io/kubernetes/cmd/kube-proxy
+	build_bin e2e.test k8s.io/kubernetes/test/e2e
+fi
 
-if [[ $what == all ]]; then
+if [[ $what != bin ]] && ! images_done "$images"; then
 	key=$(images_key)
-	if [[ $(cat "$out/images/.key" 2>/dev/null) != "$key" || ! -f "$out/images/index.tsv" ]]; then
-		start=$SECONDS
-		"$here/images/build.sh" "$out"
-		echo "$key" >"$out/images/.key"
-		log "images built in $((SECONDS - start)) s"
+	start=$SECONDS
+	if [[ $what == ci ]] && images_done images; then
+		# The full set holds CI's three: link them, no rebuild.
+		rm -rf "$out/images-ci"
+		mkdir -p "$out/images-ci"
+		awk -F'\t' '$2 ~ /^(pause|agnhost|coredns)\.oci\.tar$/' "$out/images/index.tsv" >"$out/images-ci/index.tsv"
+		cut -f2 "$out/images-ci/index.tsv" | while read -r f; do ln -f "$out/images/$f" "$out/images-ci/$f"; done
+	else
+		"$here/images/build.sh" "$out" "${what/all/full}"
 	fi
+	echo "$key" >"$out/$images/.key"
+	log "$images built in $((SECONDS - start)) s"
 fi
 echo "$out"

@@ -17,6 +17,10 @@
 #             ours-nftables  the same with rulesBackend nftables
 #   PROCS     ginkgo parallel processes (default 3)
 #   KPI_CONF_OUT  results folder (default _output/conformance)
+#   KPI_CONF_BUILD  what build.sh builds: all (default), or ci (test/conformance/ci.sh:
+#             e2e-network.test and images-ci; KPI_CONF_E2E and KPI_CONF_IMAGES_DIR
+#             name them)
+#   KPI_CONF_E2E  the suite binary in build.sh's bin/ (default e2e.test)
 # Skipped: test/conformance/skip.txt (each line a regular expression and its
 # reason); a skip list that would skip a [Conformance] test of the focus fails
 # the run before any cluster starts.
@@ -39,8 +43,10 @@ focus=${FOCUS:-'\[sig-network\] (Services|Networking)'}
 procs=${PROCS:-3}
 out=${KPI_CONF_OUT:-$repo/_output/conformance}
 IFS=, read -r -a columns <<<"${PROXIES:-upstream-ipvs,ours-iptables,ours-nftables}"
-build=$("$here/build.sh")
+build=$("$here/build.sh" "${KPI_CONF_BUILD:-all}")
 bin=$build/bin
+e2e=$bin/${KPI_CONF_E2E:-e2e.test}
+[[ -x $e2e ]] || die "no $e2e (test/conformance/build.sh)"
 
 # The skip list: "REGEX  # REASON" per line.
 skips=()
@@ -58,7 +64,7 @@ skip=$(IFS='|'; echo "${skips[*]}")
 dry() { # SKIP -> how many [Conformance] specs of the focus would run
 	local d
 	d=$(mktemp -d)
-	"$bin/e2e.test" --ginkgo.dry-run --ginkgo.no-color --ginkgo.focus="($focus).*\[Conformance\]" \
+	"$e2e" --ginkgo.dry-run --ginkgo.no-color --ginkgo.focus="$focus" --ginkgo.label-filter=Conformance \
 		${1:+--ginkgo.skip="$1"} --provider=skeleton --report-dir="$d" 2>&1 |
 		awk '/^Will run/ {print $3}'
 	rm -rf "$d"
@@ -83,12 +89,12 @@ for col in "${columns[@]}"; do
 	d=$out/$col
 	rm -rf "$d"
 	mkdir -p "$d"
-	log "$col: a fresh cluster, then e2e.test ($procs processes); log in $d/e2e.log"
+	log "$col: a fresh cluster, then $(basename "$e2e") ($procs processes); log in $d/e2e.log"
 	start=$SECONDS
 	set +e
 	KPI_CONF_PROXY=$proxy KPI_CONF_BUILD_DIR=$build KPI_CONF_PROXY_ARCHIVE=$proxy_archive KPI_CONF_LOGS_DIR=$d/cluster \
 		"$here/cluster/up.sh" "$bin/ginkgo" --procs="$procs" --no-color --timeout=4h \
-		--focus="$focus" ${skip:+--skip="$skip"} "$bin/e2e.test" -- \
+		--focus="$focus" ${skip:+--skip="$skip"} "$e2e" -- \
 		--provider=skeleton --num-nodes="${KPI_CONF_NODES:-2}" --kubectl-path="$bin/kubectl" --report-dir="$d" --disable-log-dump \
 		>"$d/e2e.log" 2>&1
 	rc=$?
@@ -113,7 +119,7 @@ EOF
 done
 
 {
-	echo "Upstream's e2e suite (e2e.test v1.37.2, ginkgo $("$bin/ginkgo" version 2>/dev/null | awk '{print $NF}'), $procs processes) on the conformance cluster"
+	echo "Upstream's e2e suite ($(basename "$e2e") v1.37.2, ginkgo $("$bin/ginkgo" version 2>/dev/null | awk '{print $NF}'), $procs processes) on the conformance cluster"
 	echo "(test/conformance/cluster/README.md), a fresh cluster per column."
 	echo
 	echo "- command: \`$cmd\`"

@@ -26,15 +26,22 @@
 # (test/utils/image/manifest.go, cmd/kubeadm/app/constants); the tag check at
 # the end compares them with `e2e.test --list-images` when DIR/bin has it.
 #
-# Usage: test/conformance/images/build.sh DIR   (test/conformance/build.sh runs it)
+# Usage: test/conformance/images/build.sh DIR [full|ci]  (test/conformance/build.sh runs it)
+# "ci" builds pause, agnhost and coredns only, into DIR/images-ci: what
+# `make test`'s conformance step (test/conformance/ci.sh) uses.
 # Needs root for the agnhost root filesystem (mmdebstrap --mode=root).
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 root=$(cd "$here/../../.." && pwd)
-dir=${1:?usage: $0 DIR}
+dir=${1:?usage: $0 DIR [full|ci]}
+set_=${2:-full}
 cache=${KPI_CACHE:-/var/cache/kube-proxy-ipvs}
-out="$dir/images"
+case $set_ in
+full) out="$dir/images" ;;
+ci) out="$dir/images-ci" ;;
+*) echo "usage: $0 DIR [full|ci]" >&2; exit 2 ;;
+esac
 log() { echo "[conformance-images] $*" >&2; }
 die() {
 	log "FAIL: $*"
@@ -64,7 +71,8 @@ gobuild "$root" "$work/ocibuild" ./test/conformance/images/ocibuild
 gobuild "$root" "$work/pause" ./test/conformance/images/pause
 gobuild "$root/test/conformance/tools" "$work/agnhost" k8s.io/kubernetes/test/images/agnhost
 gobuild "$here/coredns" "$work/coredns" .
-gobuild "$root/test/conformance/tools" "$work/regression-issue-74839" k8s.io/kubernetes/test/images/regression-issue-74839
+[[ $set_ == ci ]] ||
+	gobuild "$root/test/conformance/tools" "$work/regression-issue-74839" k8s.io/kubernetes/test/images/regression-issue-74839
 
 index=()
 image() { # NAME REFERENCE OCIBUILD_ARGS...
@@ -96,38 +104,45 @@ image agnhost "$agnhost_ref" -rootfs "$entry/image" \
 image coredns "$coredns_ref" -file "$work/coredns=/coredns" -entrypoint '["/coredns"]' \
 	-port 53/udp -port 53/tcp -port 9153/tcp
 
-# Upstream kube-proxy on our image's root filesystem (the Dockerfile of the
-# working tree, as the e2e suite takes it), in a cache of its own.
-[[ -x "$dir/bin/kube-proxy" ]] || die "no $dir/bin/kube-proxy (test/conformance/build.sh builds it)"
-entry=$(KPI_CACHE="$cache/conformance/rootfs/kube-proxy" nice -n 10 "$root/hack/image-rootfs.sh")
-entrypoint=$(python3 -c 'import json,sys; print(json.dumps(sys.stdin.read().split()))' <"$entry/entrypoint")
-image kube-proxy "$kube_proxy_ref" -rootfs "$entry/image" \
-	-file "$dir/bin/kube-proxy=$(cat "$entry/binary-path")" -entrypoint "$entrypoint"
+if [[ $set_ == full ]]; then
+	# Upstream kube-proxy on our image's root filesystem (the Dockerfile of the
+	# working tree, as the e2e suite takes it), in a cache of its own.
+	[[ -x "$dir/bin/kube-proxy" ]] || die "no $dir/bin/kube-proxy (test/conformance/build.sh builds it)"
+	entry=$(KPI_CACHE="$cache/conformance/rootfs/kube-proxy" nice -n 10 "$root/hack/image-rootfs.sh")
+	entrypoint=$(python3 -c 'import json,sys; print(json.dumps(sys.stdin.read().split()))' <"$entry/entrypoint")
+	image kube-proxy "$kube_proxy_ref" -rootfs "$entry/image" \
+		-file "$dir/bin/kube-proxy=$(cat "$entry/binary-path")" -entrypoint "$entrypoint"
 
-# busybox: the binary of Debian's busybox-static (.debs kept in the cache).
-debs="$cache/conformance/debs"
-mkdir -p "$debs"
-(cd "$debs" && apt-get download busybox-static >/dev/null 2>&1) ||
-	compgen -G "$debs/busybox-static_*.deb" >/dev/null || die "apt-get download busybox-static failed (apt-get update?)"
-deb=$(ls -t "$debs"/busybox-static_*.deb | head -1)
-dpkg-deb -x "$deb" "$work/busybox"
-bb=$work/busybox/bin/busybox
-links=()
-for applet in $("$bb" --list-full); do
-	[[ /$applet == /bin/busybox ]] || links+=(-link "/$applet=/bin/busybox")
-done
-image busybox "$busybox_ref" -file "$bb=/bin/busybox" "${links[@]}" -dir /tmp -cmd '["sh"]'
+	# busybox: the binary of Debian's busybox-static (.debs kept in the cache).
+	debs="$cache/conformance/debs"
+	mkdir -p "$debs"
+	(cd "$debs" && apt-get download busybox-static >/dev/null 2>&1) ||
+		compgen -G "$debs/busybox-static_*.deb" >/dev/null || die "apt-get download busybox-static failed (apt-get update?)"
+	deb=$(ls -t "$debs"/busybox-static_*.deb | head -1)
+	dpkg-deb -x "$deb" "$work/busybox"
+	bb=$work/busybox/bin/busybox
+	links=()
+	for applet in $("$bb" --list-full); do
+		[[ /$applet == /bin/busybox ]] || links+=(-link "/$applet=/bin/busybox")
+	done
+	image busybox "$busybox_ref" -file "$bb=/bin/busybox" "${links[@]}" -dir /tmp -cmd '["sh"]'
 
-image regression-issue-74839 "$r74839_ref" -file "$work/regression-issue-74839=/regression-issue-74839" \
-	-entrypoint '["/regression-issue-74839"]' -port 9000/tcp
+	image regression-issue-74839 "$r74839_ref" -file "$work/regression-issue-74839=/regression-issue-74839" \
+		-entrypoint '["/regression-issue-74839"]' -port 9000/tcp
+fi
 
 # e2e.test names the images it uses; ours must be those exact references.
-if [[ -x "$dir/bin/e2e.test" ]]; then
-	listed=$("$dir/bin/e2e.test" --list-images 2>/dev/null)
-	for ref in "$pause_ref" "$agnhost_ref" "$busybox_ref" "$r74839_ref"; do
-		grep -qxF "$ref" <<<"$listed" || die "$ref is not in e2e.test --list-images"
+# (e2e-network.test lists the same: the list is the framework's.)
+for e2e in "$dir/bin/e2e.test" "$dir/bin/e2e-network.test"; do
+	[[ -x $e2e ]] || continue
+	listed=$("$e2e" --list-images 2>/dev/null)
+	refs=("$pause_ref" "$agnhost_ref")
+	[[ $set_ == ci ]] || refs+=("$busybox_ref" "$r74839_ref")
+	for ref in "${refs[@]}"; do
+		grep -qxF "$ref" <<<"$listed" || die "$ref is not in $(basename "$e2e") --list-images"
 	done
-fi
+	break
+done
 
 printf '%s\n' "${index[@]}" >"$out/index.tsv.tmp"
 mv "$out/index.tsv.tmp" "$out/index.tsv"
