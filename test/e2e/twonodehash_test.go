@@ -47,7 +47,8 @@ func hashSources(t *testing.T, ctx context.Context) []string {
 func sweep(t *testing.T, ctx context.Context, srcs []string, port int, targets ...string) map[string]map[string]string {
 	t.Helper()
 	r, err := vm.Exec(ctx, "ip", "netns", "exec", framework.OutsideNS, "/kpi/bin/e2e-agent", "sweep",
-		"--sources", strings.Join(srcs, ","), "--targets", strings.Join(targets, ","), "--port", fmt.Sprint(port))
+		"--sources", strings.Join(srcs, ","), "--targets", strings.Join(targets, ","), "--port", fmt.Sprint(port),
+		"--attempts", "3", "--timeout", "5s")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -56,6 +57,10 @@ func sweep(t *testing.T, ctx context.Context, srcs []string, port int, targets .
 	}
 	got := map[string]map[string]string{}
 	for _, line := range strings.Split(strings.TrimSpace(r.Stdout), "\n") {
+		if strings.HasPrefix(line, "RETRY ") {
+			t.Logf("sweep: %s", line)
+			continue
+		}
 		f := strings.Fields(line)
 		if len(f) < 3 {
 			t.Fatalf("sweep: bad line %q", line)
@@ -108,33 +113,18 @@ func agree(t *testing.T, what string, views map[string]map[string]string, srcs [
 }
 
 // kernelOrder is the kernel's list of the real servers of TCP vip ("IP:PORT") on
-// node n, as /proc/net/ip_vs prints it: walking the list, unsorted (ipvsadm sorts).
+// node n (e2e-agent ipvs-order: a destination dump walks the list).
 func kernelOrder(t *testing.T, ctx context.Context, n *framework.ClusterNode, vip string) string {
 	t.Helper()
-	out, err := n.Sh(ctx, "cat /proc/net/ip_vs")
-	if err != nil {
-		t.Fatal(err)
-	}
-	hexAddr := func(s string) string { // "0AF40179:1F90" -> "10.244.1.121:8080"
-		var a, p uint32
-		if _, err := fmt.Sscanf(s, "%08X:%04X", &a, &p); err != nil {
-			return s
-		}
-		return fmt.Sprintf("%d.%d.%d.%d:%d", a>>24, a>>16&255, a>>8&255, a&255, p)
+	r, err := n.Exec(ctx, "/kpi/bin/e2e-agent", "ipvs-order", "--vs", "TCP/"+vip)
+	if err != nil || r.ExitCode != 0 {
+		t.Fatalf("%s: ipvs-order %s: %v %s", n.Name, vip, err, r.Stderr)
 	}
 	var order []string
-	in := false
-	for _, line := range strings.Split(out, "\n") {
-		f := strings.Fields(line)
-		switch {
-		case len(f) >= 2 && f[0] == "TCP":
-			in = hexAddr(f[1]) == vip
-		case in && len(f) >= 2 && f[0] == "->":
-			order = append(order, hexAddr(f[1]))
+	for _, line := range strings.Split(strings.TrimSpace(r.Stdout), "\n") {
+		if f := strings.Fields(line); len(f) == 2 {
+			order = append(order, f[0])
 		}
-	}
-	if len(order) == 0 {
-		t.Logf("%s: no real servers of %s in /proc/net/ip_vs (%d bytes):\n%s", n.Name, vip, len(out), out)
 	}
 	return strings.Join(order, " ")
 }
@@ -145,10 +135,10 @@ func kernelOrder(t *testing.T, ctx context.Context, n *framework.ClusterNode, vi
 // nodes reached their endpoints through different histories: node1 saw them arrive
 // one or two at a time, in an order that is not the address order, while node2's
 // daemon was down and then programmed them all at once. The kernel's list of real
-// servers is the same on both nodes (address order), except where a real server
-// with a long-lived connection stays in place (the connection lives on), and
-// after an endpoint of the mh Services is removed only a small share of the other
-// endpoints' clients move.
+// servers (read over netlink) is the same on both nodes (address order), except
+// where a real server with a long-lived connection stays in place (the connection
+// lives on), and after an endpoint of the mh Services is removed only a small share
+// of the other endpoints' clients move.
 func TestTwoNodeConsistentHashing(t *testing.T) {
 	ctx, ns := twoNodeScenario(t, "e2e-2n-hash")
 	defer twoDumpOnFailure(t)

@@ -13,7 +13,9 @@
 //	e2e-agent relay|hold|lb ...
 //	    the two-node testbed's roles (see twonode.go);
 //	e2e-agent sweep --sources IP,... --targets HOST:PORT,...
-//	    one connection from each source to each target (see sweep.go).
+//	    one connection from each source to each target (see sweep.go);
+//	e2e-agent ipvs-order --vs TCP/IP:PORT
+//	    a virtual server's real servers in the kernel's list order (ipvsorder.go).
 package main
 
 import (
@@ -23,7 +25,7 @@ import (
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: e2e-agent agent|serve|client|get|relay|hold|lb|sweep [flags]")
+		fmt.Fprintln(os.Stderr, "usage: e2e-agent agent|serve|client|get|relay|hold|lb|sweep|ipvs-order [flags]")
 		os.Exit(2)
 	}
 	var err error
@@ -44,6 +46,8 @@ func main() {
 		err = runLB(os.Args[2:])
 	case "sweep":
 		err = runSweep(os.Args[2:])
+	case "ipvs-order":
+		err = runIPVSOrder(os.Args[2:])
 	default:
 		err = fmt.Errorf("unknown role %q", os.Args[1])
 	}

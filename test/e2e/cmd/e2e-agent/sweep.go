@@ -3,7 +3,8 @@ package main
 // e2e-agent sweep --sources 192.168.200.101,... --targets 10.0.0.1:30080,...
 //
 // One TCP connection from every source address to every target, several sources at
-// a time, each printing "SOURCE TARGET ANSWER" (or "SOURCE TARGET ERROR ..."): which
+// a time, each printing "SOURCE TARGET ANSWER" (or "SOURCE TARGET ERROR ...", after
+// "RETRY SOURCE TARGET ERROR ..." lines for the failed tries of --attempts): which
 // pod each client reaches through each entry, for the consistent-hashing scenarios.
 // --port sends from that source port (the hash then covers it, mh-port); every
 // connection ends with a reset (SO_LINGER 0), so no TIME_WAIT blocks the same
@@ -26,6 +27,7 @@ func runSweep(args []string) error {
 	port := fs.Int("port", 0, "source port (0: any)")
 	parallel := fs.Int("parallel", 16, "sources at a time")
 	timeout := fs.Duration("timeout", 3*time.Second, "per-connection timeout")
+	attempts := fs.Int("attempts", 1, "tries per source and target")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -43,9 +45,19 @@ func runSweep(args []string) error {
 			defer wg.Done()
 			defer func() { <-sem }()
 			for _, tgt := range tgts {
-				answer, err := sweepOne(src, *port, tgt, *timeout)
-				if err != nil {
+				// A connection that fails is tried again (up to --attempts): which
+				// pod answers is what is asked, and a VM stalled for seconds
+				// under load loses one now and then. Every retry is printed.
+				var answer string
+				for a := 1; a <= *attempts; a++ {
+					var err error
+					if answer, err = sweepOne(src, *port, tgt, *timeout); err == nil {
+						break
+					}
 					answer = "ERROR " + err.Error()
+					if a < *attempts {
+						lines[i] = append(lines[i], "RETRY "+src+" "+tgt+" "+answer)
+					}
 				}
 				lines[i] = append(lines[i], src+" "+tgt+" "+answer)
 			}
@@ -55,7 +67,7 @@ func runSweep(args []string) error {
 	failed := 0
 	for _, ls := range lines {
 		for _, l := range ls {
-			if strings.Contains(l, " ERROR ") {
+			if strings.Contains(l, " ERROR ") && !strings.HasPrefix(l, "RETRY ") {
 				failed++
 			}
 			fmt.Println(l)
