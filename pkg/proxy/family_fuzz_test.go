@@ -126,7 +126,7 @@ func FuzzAddressFamilyMatchesUpstream(f *testing.F) {
 				t.Fatalf("%s: range %q: %d ports, want 1", family, cidr, len(m))
 			}
 			for _, info := range m {
-				if info.ClusterIP == nil || len(info.LoadBalancerVIPs) != 1 {
+				if info.ClusterIP == nil || len(info.LoadBalancerVIPs()) != 1 {
 					t.Fatalf("%s: range %q held back the Service's addresses: %+v", family, cidr, info)
 				}
 				checkSourceRanges(t, family, cidr, canonical.String(), upstream == family, ones == 0, info)
@@ -140,7 +140,7 @@ func FuzzAddressFamilyMatchesUpstream(f *testing.F) {
 func checkSourceRanges(t *testing.T, family v1.IPFamily, cidr, want string, ofFamily, allAddresses bool, info *ServicePortInfo) {
 	t.Helper()
 	var found bool
-	for _, r := range info.LoadBalancerSourceRanges {
+	for _, r := range info.LoadBalancerSourceRanges() {
 		if cidrFamilyOf(r) != family {
 			t.Fatalf("%s: range %s of the other family", family, r)
 		}
@@ -148,7 +148,7 @@ func checkSourceRanges(t *testing.T, family v1.IPFamily, cidr, want string, ofFa
 		if family == v1.IPv6Protocol {
 			ipsetFamily = ipset.FamilyInet6
 		}
-		entry := info.LoadBalancerVIPs[0].String() + ",tcp:80," + r.String()
+		entry := info.LoadBalancerVIPs()[0].String() + ",tcp:80," + r.String()
 		if _, err := ipset.CanonicalEntry(ipset.HashIPPortNet, ipsetFamily, entry); err != nil {
 			t.Fatalf("%s: range %q becomes an entry ipset refuses: %v", family, cidr, err)
 		}
@@ -156,15 +156,15 @@ func checkSourceRanges(t *testing.T, family v1.IPFamily, cidr, want string, ofFa
 	}
 	switch {
 	case ofFamily && allAddresses:
-		if len(info.LoadBalancerSourceRanges) != 0 {
-			t.Fatalf("%s: range %q allows every address, yet %v are filtered", family, cidr, info.LoadBalancerSourceRanges)
+		if len(info.LoadBalancerSourceRanges()) != 0 {
+			t.Fatalf("%s: range %q allows every address, yet %v are filtered", family, cidr, info.LoadBalancerSourceRanges())
 		}
 	case ofFamily && !found:
-		t.Fatalf("%s: range %q (%s) missing from %v", family, cidr, want, info.LoadBalancerSourceRanges)
+		t.Fatalf("%s: range %q (%s) missing from %v", family, cidr, want, info.LoadBalancerSourceRanges())
 	case !ofFamily && found:
-		t.Fatalf("%s: range %q is the other family's (upstream), yet programmed here: %v", family, cidr, info.LoadBalancerSourceRanges)
-	case !ofFamily && len(info.LoadBalancerSourceRanges) != 1:
-		t.Fatalf("%s: the other family's range %q changed this family's ranges: %v", family, cidr, info.LoadBalancerSourceRanges)
+		t.Fatalf("%s: range %q is the other family's (upstream), yet programmed here: %v", family, cidr, info.LoadBalancerSourceRanges())
+	case !ofFamily && len(info.LoadBalancerSourceRanges()) != 1:
+		t.Fatalf("%s: the other family's range %q changed this family's ranges: %v", family, cidr, info.LoadBalancerSourceRanges())
 	}
 }
 

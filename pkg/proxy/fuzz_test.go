@@ -130,7 +130,7 @@ func checkServicePorts(t *testing.T, svc *v1.Service, family v1.IPFamily, m Serv
 		}
 		seen.Insert(k)
 		ipOK("clusterIP", info.ClusterIP)
-		for _, list := range [][]net.IP{info.ExternalIPs, info.LoadBalancerVIPs} {
+		for _, list := range [][]net.IP{info.ExternalIPs(), info.LoadBalancerVIPs()} {
 			uniq := sets.New[string]()
 			for _, ip := range list {
 				ipOK("ip", ip)
@@ -140,7 +140,7 @@ func checkServicePorts(t *testing.T, svc *v1.Service, family v1.IPFamily, m Serv
 				uniq.Insert(ip.String())
 			}
 		}
-		for _, cidr := range info.LoadBalancerSourceRanges {
+		for _, cidr := range info.LoadBalancerSourceRanges() {
 			if cidrFamilyOf(cidr) != family {
 				t.Fatalf("%s: source range %v of the other family", family, cidr)
 			}
@@ -157,7 +157,7 @@ func checkServicePorts(t *testing.T, svc *v1.Service, family v1.IPFamily, m Serv
 		default:
 			t.Fatalf("%s: affinity %q", family, info.SessionAffinityType)
 		}
-		if info.HealthCheckNodePort != 0 && (!info.ExternalPolicyLocal || svc.Spec.Type != v1.ServiceTypeLoadBalancer) {
+		if info.HealthCheckNodePort() != 0 && (!info.ExternalPolicyLocal || svc.Spec.Type != v1.ServiceTypeLoadBalancer) {
 			t.Fatalf("%s: health check node port without eTP Local load balancer", family)
 		}
 	}

@@ -76,20 +76,27 @@ func (b *servicePortBuilder) build() ServicePortMap {
 	}
 
 	template := ServicePortInfo{
-		ClusterIP:                clusterIP,
+		ClusterIP:           clusterIP,
+		ExternalPolicyLocal: externallyAccessibleService(b.svc) && b.svc.Spec.ExternalTrafficPolicy == v1.ServiceExternalTrafficPolicyLocal,
+		InternalPolicyLocal: b.svc.Spec.InternalTrafficPolicy != nil && *b.svc.Spec.InternalTrafficPolicy == v1.ServiceInternalTrafficPolicyLocal,
+		UID:                 b.svc.UID,
+	}
+	ext := ServicePortExternal{
 		ExternalIPs:              b.externalIPs(),
 		LoadBalancerVIPs:         b.loadBalancerVIPs(),
 		LoadBalancerSourceRanges: b.loadBalancerSourceRanges(),
-		ExternalPolicyLocal:      externallyAccessibleService(b.svc) && b.svc.Spec.ExternalTrafficPolicy == v1.ServiceExternalTrafficPolicyLocal,
-		InternalPolicyLocal:      b.svc.Spec.InternalTrafficPolicy != nil && *b.svc.Spec.InternalTrafficPolicy == v1.ServiceInternalTrafficPolicyLocal,
 	}
 	template.SessionAffinityType, template.StickyMaxAgeSeconds = b.sessionAffinity()
 	template.Scheduler, template.SchedulerFlags, template.SchedulerSource = schedulerAnnotations(b.svc.Annotations)
 	if b.svc.Spec.Type == v1.ServiceTypeLoadBalancer && template.ExternalPolicyLocal {
-		template.HealthCheckNodePort = b.healthCheckNodePort()
+		ext.HealthCheckNodePort = b.healthCheckNodePort()
 	}
 	if b.svc.Spec.TrafficDistribution != nil {
-		template.TrafficDistribution = *b.svc.Spec.TrafficDistribution
+		ext.TrafficDistribution = *b.svc.Spec.TrafficDistribution
+	}
+	if len(ext.ExternalIPs) > 0 || len(ext.LoadBalancerVIPs) > 0 || len(ext.LoadBalancerSourceRanges) > 0 ||
+		ext.HealthCheckNodePort != 0 || ext.TrafficDistribution != "" {
+		template.External = &ext // shared by the ports
 	}
 
 	nn := types.NamespacedName{Namespace: b.svc.Namespace, Name: b.svc.Name}

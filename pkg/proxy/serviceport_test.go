@@ -30,15 +30,15 @@ func dumpServicePorts(m ServicePortMap) string {
 		if info.NodePort != 0 {
 			fmt.Fprintf(&b, " nodePort=%d", info.NodePort)
 		}
-		if len(info.ExternalIPs) > 0 {
-			fmt.Fprintf(&b, " externalIPs=%s", ipList(info.ExternalIPs))
+		if len(info.ExternalIPs()) > 0 {
+			fmt.Fprintf(&b, " externalIPs=%s", ipList(info.ExternalIPs()))
 		}
-		if len(info.LoadBalancerVIPs) > 0 {
-			fmt.Fprintf(&b, " lbVIPs=%s", ipList(info.LoadBalancerVIPs))
+		if len(info.LoadBalancerVIPs()) > 0 {
+			fmt.Fprintf(&b, " lbVIPs=%s", ipList(info.LoadBalancerVIPs()))
 		}
-		if len(info.LoadBalancerSourceRanges) > 0 {
+		if len(info.LoadBalancerSourceRanges()) > 0 {
 			var cidrs []string
-			for _, c := range info.LoadBalancerSourceRanges {
+			for _, c := range info.LoadBalancerSourceRanges() {
 				cidrs = append(cidrs, c.String())
 			}
 			fmt.Fprintf(&b, " sourceRanges=%s", strings.Join(cidrs, ","))
@@ -52,11 +52,11 @@ func dumpServicePorts(m ServicePortMap) string {
 		if info.InternalPolicyLocal {
 			b.WriteString(" iTP=Local")
 		}
-		if info.HealthCheckNodePort != 0 {
-			fmt.Fprintf(&b, " healthCheckNodePort=%d", info.HealthCheckNodePort)
+		if info.HealthCheckNodePort() != 0 {
+			fmt.Fprintf(&b, " healthCheckNodePort=%d", info.HealthCheckNodePort())
 		}
-		if info.TrafficDistribution != "" {
-			fmt.Fprintf(&b, " trafficDistribution=%s", info.TrafficDistribution)
+		if info.TrafficDistribution() != "" {
+			fmt.Fprintf(&b, " trafficDistribution=%s", info.TrafficDistribution())
 		}
 		lines = append(lines, b.String())
 	}

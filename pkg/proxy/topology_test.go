@@ -68,7 +68,7 @@ func TestCategorizeEndpoints(t *testing.T) {
 	iTPLocal := &ServicePortInfo{ClusterIP: net.ParseIP("10.0.0.1"), Port: 80, Protocol: v1.ProtocolTCP, InternalPolicyLocal: true}
 	eTPLocal := &ServicePortInfo{ClusterIP: net.ParseIP("10.0.0.1"), Port: 80, Protocol: v1.ProtocolTCP, NodePort: 30080, ExternalPolicyLocal: true}
 	bothLocal := &ServicePortInfo{ClusterIP: net.ParseIP("10.0.0.1"), Port: 80, Protocol: v1.ProtocolTCP, NodePort: 30080, ExternalPolicyLocal: true, InternalPolicyLocal: true}
-	distributed := &ServicePortInfo{ClusterIP: net.ParseIP("10.0.0.1"), Port: 80, Protocol: v1.ProtocolTCP, TrafficDistribution: v1.ServiceTrafficDistributionPreferClose}
+	distributed := &ServicePortInfo{ClusterIP: net.ParseIP("10.0.0.1"), Port: 80, Protocol: v1.ProtocolTCP, External: &ServicePortExternal{TrafficDistribution: v1.ServiceTrafficDistributionPreferClose}}
 	zoneLabels := map[string]string{v1.LabelTopologyZone: "z1"}
 
 	testCases := []struct {

@@ -33,27 +33,78 @@ func fmtPortName(in string) string {
 }
 
 // ServicePortInfo is everything a proxier needs about one port of a Service, for one
-// IP family. It is immutable once built.
+// IP family. It is immutable once built. There is one per Service port, so the fields
+// most Services leave empty sit behind one pointer (External; read them through the
+// methods of the same names).
 type ServicePortInfo struct {
-	ClusterIP                net.IP
-	Port                     int
-	Protocol                 v1.Protocol
-	NodePort                 int
-	ExternalIPs              []net.IP     // of this family
-	LoadBalancerVIPs         []net.IP     // of this family, ipMode != Proxy
-	LoadBalancerSourceRanges []*net.IPNet // of this family
-	SessionAffinityType      v1.ServiceAffinity
-	StickyMaxAgeSeconds      int
-	ExternalPolicyLocal      bool // externalTrafficPolicy: Local (and externally accessible)
-	InternalPolicyLocal      bool
-	HealthCheckNodePort      int
-	TrafficDistribution      string
+	ClusterIP           net.IP
+	Port                int
+	Protocol            v1.Protocol
+	NodePort            int
+	SessionAffinityType v1.ServiceAffinity
+	StickyMaxAgeSeconds int
+	ExternalPolicyLocal bool // externalTrafficPolicy: Local (and externally accessible)
+	InternalPolicyLocal bool
 	// Scheduler and SchedulerFlags are the per-Service scheduler annotations, as
 	// written (validated by the proxier), from SchedulerSource: AnnotationScheduler /
 	// AnnotationSchedulerFlags, or kube-router's pair when ours are absent.
 	Scheduler       string
 	SchedulerFlags  string
 	SchedulerSource string
+	// UID is the Service's, for the Events about it.
+	UID types.UID
+	// External is nil when the Service sets none of its fields.
+	External *ServicePortExternal
+}
+
+// ServicePortExternal are the parts of a ServicePortInfo most Services do not have.
+type ServicePortExternal struct {
+	ExternalIPs              []net.IP     // of this family
+	LoadBalancerVIPs         []net.IP     // of this family, ipMode != Proxy
+	LoadBalancerSourceRanges []*net.IPNet // of this family
+	HealthCheckNodePort      int
+	TrafficDistribution      string
+}
+
+// ExternalIPs are the Service's external IPs of this family.
+func (s *ServicePortInfo) ExternalIPs() []net.IP {
+	if s.External == nil {
+		return nil
+	}
+	return s.External.ExternalIPs
+}
+
+// LoadBalancerVIPs are the load balancer ingress IPs of this family whose ipMode is
+// not Proxy.
+func (s *ServicePortInfo) LoadBalancerVIPs() []net.IP {
+	if s.External == nil {
+		return nil
+	}
+	return s.External.LoadBalancerVIPs
+}
+
+// LoadBalancerSourceRanges are the Service's source ranges of this family.
+func (s *ServicePortInfo) LoadBalancerSourceRanges() []*net.IPNet {
+	if s.External == nil {
+		return nil
+	}
+	return s.External.LoadBalancerSourceRanges
+}
+
+// HealthCheckNodePort is the health check node port of an eTP=Local LoadBalancer.
+func (s *ServicePortInfo) HealthCheckNodePort() int {
+	if s.External == nil {
+		return 0
+	}
+	return s.External.HealthCheckNodePort
+}
+
+// TrafficDistribution is spec.trafficDistribution ("" when unset).
+func (s *ServicePortInfo) TrafficDistribution() string {
+	if s.External == nil {
+		return ""
+	}
+	return s.External.TrafficDistribution
 }
 
 // String is "clusterIP:port/protocol".
@@ -63,7 +114,7 @@ func (s *ServicePortInfo) String() string {
 
 // ExternallyAccessible reports whether the port is reachable from outside the cluster.
 func (s *ServicePortInfo) ExternallyAccessible() bool {
-	return s.NodePort != 0 || len(s.LoadBalancerVIPs) != 0 || len(s.ExternalIPs) != 0
+	return s.NodePort != 0 || len(s.LoadBalancerVIPs()) != 0 || len(s.ExternalIPs()) != 0
 }
 
 // UsesClusterEndpoints reports whether some traffic goes to any endpoint in the cluster.

@@ -216,7 +216,6 @@ func benchClock() *testingclock.FakeClock {
 // The one-endpoint change benchmark goes through the real handler.
 func feed(p *Proxier, ic *informerCache) {
 	for i := range ic.services {
-		p.recordUID(nil, ic.services[i])
 		p.serviceChanges.Update(nil, ic.services[i])
 		p.endpointsChanges.EndpointSliceUpdate(ic.slices[i], false)
 	}
@@ -547,6 +546,7 @@ func BenchmarkSteadyStateHeap(b *testing.B) {
 			b.ReportMetric(mib(live), "live-MiB")
 			b.ReportMetric(mib(proxier), "proxier-MiB")
 			b.ReportMetric(mib(objects), "objects-MiB")
+			b.ReportMetric(mib(int64(withObjectsLive)-int64(baseLive)), "objects-live-MiB")
 			b.ReportMetric(mib(fakes), "fake-kernel-MiB")
 			b.ReportMetric(mib(int64(rss)), "rss-MiB")
 		})

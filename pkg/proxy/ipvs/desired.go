@@ -324,7 +324,7 @@ func (b *portBuilder) clusterIP() {
 
 func (b *portBuilder) externalIPs() {
 	svc := b.sp.info
-	for _, ip := range svc.ExternalIPs {
+	for _, ip := range svc.ExternalIPs() {
 		if !b.usableVIP("externalIPs", ip, svc.Port, true) {
 			continue
 		}
@@ -342,7 +342,7 @@ func (b *portBuilder) externalIPs() {
 
 func (b *portBuilder) loadBalancers() {
 	svc := b.sp.info
-	for _, ip := range svc.LoadBalancerVIPs {
+	for _, ip := range svc.LoadBalancerVIPs() {
 		if !b.usableVIP("status.loadBalancer.ingress", ip, svc.Port, true) {
 			continue
 		}
@@ -351,7 +351,7 @@ func (b *portBuilder) loadBalancers() {
 		if svc.ExternalPolicyLocal {
 			b.entries.Insert(rules.ServiceMember(rules.LoadBalancerLocal, a, b.proto, b.port))
 		}
-		if len(svc.LoadBalancerSourceRanges) > 0 {
+		if len(svc.LoadBalancerSourceRanges()) > 0 {
 			b.sourceRanges(a)
 		}
 		b.addVS(b.newVS(ip, svc.Port), svc.ExternalPolicyLocal, false)
@@ -365,7 +365,7 @@ func (b *portBuilder) loadBalancers() {
 func (b *portBuilder) sourceRanges(a netip.Addr) {
 	b.entries.Insert(rules.ServiceMember(rules.LoadBalancerFW, a, b.proto, b.port))
 	allowFromNode := false
-	for _, cidr := range b.sp.info.LoadBalancerSourceRanges {
+	for _, cidr := range b.sp.info.LoadBalancerSourceRanges() {
 		b.entries.Insert(rules.SourceMember(rules.LoadBalancerSourceCIDR, a, b.proto, b.port, prefixOf(cidr)))
 		if b.bc.nodeIP != nil && cidr.Contains(b.bc.nodeIP) {
 			allowFromNode = true
@@ -412,11 +412,11 @@ func (b *portBuilder) nodePorts() {
 
 func (b *portBuilder) healthCheck() {
 	svc := b.sp.info
-	if svc.HealthCheckNodePort == 0 {
+	if svc.HealthCheckNodePort() == 0 {
 		return
 	}
-	b.entries.Insert(rules.PortMember(rules.HealthCheckNodePort, uint16(svc.HealthCheckNodePort)))
-	b.st.healthCheckNodePort = svc.HealthCheckNodePort
+	b.entries.Insert(rules.PortMember(rules.HealthCheckNodePort, uint16(svc.HealthCheckNodePort())))
+	b.st.healthCheckNodePort = svc.HealthCheckNodePort()
 	n := 0
 	for _, ep := range b.sp.endpoints {
 		if ep.IsLocal && ep.Ready {

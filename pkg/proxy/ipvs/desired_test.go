@@ -27,7 +27,7 @@ func TestClusterKeysOfState(t *testing.T) {
 		{name: "ClusterIP only", info: proxy.ServicePortInfo{ClusterIP: clusterIP, Port: 80, Protocol: v1.ProtocolTCP},
 			want: []vsKey{makeVSKey(ipvs.TCP, clusterIP, 80)}},
 		{name: "own ClusterIP as external IP", info: proxy.ServicePortInfo{ClusterIP: clusterIP, Port: 80, Protocol: v1.ProtocolTCP,
-			ExternalIPs: []net.IP{clusterIP, net.ParseIP("192.0.2.7").To4()}},
+			External: &proxy.ServicePortExternal{ExternalIPs: []net.IP{clusterIP, net.ParseIP("192.0.2.7").To4()}}},
 			want: []vsKey{makeVSKey(ipvs.TCP, clusterIP, 80)}},
 		{name: "unusable ClusterIP", info: proxy.ServicePortInfo{ClusterIP: net.ParseIP("127.0.0.1").To4(), Port: 80, Protocol: v1.ProtocolTCP}},
 	} {

@@ -176,7 +176,7 @@ func (p *Proxier) explainLocked(name types.NamespacedName) (*Explanation, map[[2
 	for _, sp := range names {
 		spn, info := sp.Name, sp.Info
 		pe := PortExplanation{Name: spn.Port, Protocol: string(info.Protocol), Port: info.Port, NodePort: info.NodePort,
-			HealthCheckNodePort: info.HealthCheckNodePort, ExternalPolicyLocal: info.ExternalPolicyLocal, InternalPolicyLocal: info.InternalPolicyLocal}
+			HealthCheckNodePort: info.HealthCheckNodePort(), ExternalPolicyLocal: info.ExternalPolicyLocal, InternalPolicyLocal: info.InternalPolicyLocal}
 		var desired []*desiredVS
 		if st != nil {
 			for _, d := range st.virtualServers {

@@ -135,10 +135,6 @@ type Proxier struct {
 	serviceChanges   *proxy.ServiceChangeTracker
 	endpointsChanges *proxy.EndpointsChangeTracker
 
-	// uidMu guards serviceUIDs (for Events), which handlers update.
-	uidMu       sync.Mutex
-	serviceUIDs map[types.NamespacedName]types.UID
-
 	// addrWatch: node address changes arrive as netlink notifications, which set
 	// addrsChanged; a partial sync then reads the addresses only after one.
 	addrWatch    bool
@@ -267,7 +263,6 @@ func NewProxier(ctx context.Context, opts Options, kernel Kernel, clk clock.Cloc
 		kernelMemory:     kernelMemory{needFull: true, draining: map[drainKey]int64{}},
 		failureMemory:    newFailureMemory(),
 		resyncSliceKeys:  defaultResyncSliceKeys,
-		serviceUIDs:      map[types.NamespacedName]types.UID{},
 		goResync:         func(f func()) { go f() },
 	}
 	if p.rules, err = newRulesBackend(opts.RulesBackend, p.rulesConfig(), rulesKernel(kernel)); err != nil {
@@ -322,7 +317,6 @@ func (p *Proxier) SyncLoop() {
 func (p *Proxier) OnServiceAdd(service *proxy.ServiceRecord) { p.OnServiceUpdate(nil, service) }
 
 func (p *Proxier) OnServiceUpdate(oldService, service *proxy.ServiceRecord) {
-	p.recordUID(oldService, service)
 	if p.serviceChanges.Update(oldService, service) {
 		observeServiceChange(p.serviceChanges.PendingChanges())
 		if p.initialized.Load() {
@@ -406,18 +400,6 @@ func (p *Proxier) OnNodeDelete(node *v1.Node) {
 }
 
 func (p *Proxier) OnNodeSynced() {}
-
-// recordUID remembers each Service's UID, for the Events about it.
-func (p *Proxier) recordUID(oldService, service *proxy.ServiceRecord) {
-	p.uidMu.Lock()
-	defer p.uidMu.Unlock()
-	switch {
-	case service != nil:
-		p.serviceUIDs[types.NamespacedName{Namespace: service.Namespace, Name: service.Name}] = service.UID
-	case oldService != nil:
-		delete(p.serviceUIDs, types.NamespacedName{Namespace: oldService.Namespace, Name: oldService.Name})
-	}
-}
 
 // LastSyncStats returns what the last sync did.
 func (p *Proxier) LastSyncStats() SyncStats {

@@ -158,9 +158,12 @@ func (p *Proxier) event(name types.NamespacedName, format string, args ...any) {
 	if p.opts.Recorder == nil {
 		return
 	}
-	p.uidMu.Lock()
-	uid := p.serviceUIDs[name]
-	p.uidMu.Unlock()
+	// The UID is the one the sync loop took with the Service's ports (none for a
+	// Service that is gone).
+	var uid types.UID
+	if ports := p.svcPorts[name]; len(ports) > 0 {
+		uid = ports[0].Info.UID
+	}
 	ref := &v1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: name.Namespace, Name: name.Name, UID: uid}}
 	p.opts.Recorder.Eventf(ref, nil, v1.EventTypeWarning, eventReasonNotProgrammed, eventActionSync, format, args...)
 }
