@@ -45,10 +45,13 @@ func packStrings(ss ...*string) {
 		return
 	}
 	var b strings.Builder
-	// At least 16 bytes: a shorter string would come from the tiny allocator, which
-	// packs it in one block with whatever small garbage is allocated beside it (the
-	// decoded object's), and keep that block alive.
-	b.Grow(max(n, 16))
+	// At least 48 bytes. Decoding an object leaves mostly garbage of 32 bytes or less
+	// (strings, pointers to scalars, short slices: at 50k Services x 10, 3.5 million
+	// such allocations against 100,000 of 48 bytes); a record's string among them
+	// would keep its span of that garbage's size class in use, and a string under 16
+	// bytes would even share a tiny-allocator block with it. At 48 bytes the records'
+	// strings sit with each other: 2.7 MiB more for them, 14 MiB less heap in use.
+	b.Grow(max(n, 48))
 	for _, s := range ss {
 		b.WriteString(*s)
 	}
