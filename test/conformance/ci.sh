@@ -23,7 +23,7 @@
 # Environment:
 #   KPI_CONF_CI_PROXIES  columns (default ours-iptables; ours-nftables, or both)
 #   KPI_CONF_OUT         results folder (default _output/conformance-ci)
-#   PROCS                ginkgo processes (default 3)
+#   PROCS                ginkgo processes (default: one per spec of ci.txt)
 set -euo pipefail
 # The whole script is one compound command: editing the file while it runs
 # cannot change what runs.
@@ -121,8 +121,10 @@ EOF
 log "${#specs[@]} specs of ci.txt, column(s) $proxies, results in $out"
 
 set +e
-FOCUS=$focus PROXIES=$proxies KPI_CONF_OUT=$out KPI_CONF_BUILD=ci KPI_CONF_E2E=e2e-network.test \
-	KPI_CONF_IMAGES_DIR=$images "$here/run.sh"
+# Our image (new with every commit) is imported by the nodes as they boot:
+# cheaper than preloading it into a disk by one more boot of its own.
+PROCS=${PROCS:-${#specs[@]}} FOCUS=$focus PROXIES=$proxies KPI_CONF_OUT=$out KPI_CONF_BUILD=ci KPI_CONF_E2E=e2e-network.test \
+	KPI_CONF_IMAGES_DIR=$images KPI_CONF_PRELOAD_PROXY=${KPI_CONF_PRELOAD_PROXY:-0} "$here/run.sh"
 rc=$?
 set -e
 
