@@ -45,8 +45,41 @@ type proxierGeneration struct {
 	ctx     context.Context
 	cancel  context.CancelFunc
 	started bool
-	factory informers.SharedInformerFactory
+	lists   *lists
 	running sync.WaitGroup
+}
+
+// lists are the Service and EndpointSlice informers that feed one generation, with
+// their configs, started: the first generation's are started before its proxier is
+// built (newProxyServer), so that the API server's lists arrive while the node and
+// the kernel are being prepared; the configs hand the provider what the informers
+// already hold once they run.
+type lists struct {
+	factory  informers.SharedInformerFactory
+	services *proxyconfig.ServiceConfig
+	slices   *proxyconfig.EndpointSliceConfig
+	cancel   context.CancelFunc
+}
+
+// startLists starts the lists of the Services kube-proxy serves (selector) and their
+// EndpointSlices, under a context derived from ctx.
+func startLists(ctx context.Context, s *ProxyServer, selector labels.Selector) *lists {
+	lctx, cancel := context.WithCancel(ctx)
+	resync := s.Config.ConfigSyncPeriod.Duration
+	f := informers.NewSharedInformerFactoryWithOptions(s.Client, resync,
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = selector.String() }),
+		informers.WithTransform(proxyconfig.TrimForCache))
+	l := &lists{factory: f, cancel: cancel,
+		services: proxyconfig.NewServiceConfig(lctx, f.Core().V1().Services(), resync),
+		slices:   proxyconfig.NewEndpointSliceConfig(lctx, f.Discovery().V1().EndpointSlices(), resync, s.NodeName)}
+	f.Start(lctx.Done())
+	return l
+}
+
+// stop ends the lists and waits for their informers.
+func (l *lists) stop() {
+	l.cancel()
+	l.factory.Shutdown()
 }
 
 // buildGeneration builds the provider for s's node facts, with a context derived
@@ -67,24 +100,24 @@ func buildGeneration(ctx context.Context, s *ProxyServer) (*proxierGeneration, e
 	}, nil
 }
 
-// start feeds the provider from informers of its own (Services without the labels
-// that take them away from kube-proxy, EndpointSlices) and this node's Node from the
-// node watch, and runs its sync loop.
+// start feeds the provider from lists of its own (Services without the labels that
+// take them away from kube-proxy, EndpointSlices; the ones started early, if no
+// generation took them yet) and this node's Node from the node watch, and runs its
+// sync loop.
 func (g *proxierGeneration) start(s *ProxyServer, nodes *nodeWatch, selector labels.Selector) {
-	resync := s.Config.ConfigSyncPeriod.Duration
-	g.factory = informers.NewSharedInformerFactoryWithOptions(s.Client, resync,
-		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = selector.String() }),
-		informers.WithTransform(proxyconfig.TrimForCache))
-	serviceConfig := proxyconfig.NewServiceConfig(g.ctx, g.factory.Core().V1().Services(), resync)
-	serviceConfig.RegisterEventHandler(g.provider)
-	endpointSliceConfig := proxyconfig.NewEndpointSliceConfig(g.ctx, g.factory.Discovery().V1().EndpointSlices(), resync, s.NodeName)
-	endpointSliceConfig.RegisterEventHandler(g.provider)
+	l := s.early
+	s.early = nil
+	if l == nil {
+		l = startLists(g.ctx, s, selector)
+	}
+	g.lists = l
+	l.services.RegisterEventHandler(g.provider)
+	l.slices.RegisterEventHandler(g.provider)
 	nodes.setTarget(g.provider)
-	g.factory.Start(g.ctx.Done())
 	// The configs' Run delivers the synced calls, on which a proxier syncs at once:
 	// stop waits for them as for the sync loop.
-	g.goRun(func() { serviceConfig.Run(g.ctx.Done()) })
-	g.goRun(func() { endpointSliceConfig.Run(g.ctx.Done()) })
+	g.goRun(func() { l.services.Run(g.ctx.Done()) })
+	g.goRun(func() { l.slices.Run(g.ctx.Done()) })
 	g.goRun(g.provider.SyncLoop)
 	g.started = true
 }
@@ -105,8 +138,8 @@ func (g *proxierGeneration) stop(nodes *nodeWatch) {
 		nodes.setTarget(nil)
 	}
 	g.cancel()
-	if g.factory != nil {
-		g.factory.Shutdown()
+	if g.lists != nil {
+		g.lists.stop()
 	}
 	g.running.Wait()
 	if g.release != nil {

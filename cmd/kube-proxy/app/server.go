@@ -96,6 +96,9 @@ type ProxyServer struct {
 	// built is the proxier generation newProxyServer built, which Run starts;
 	// live is the running one, for the servers' readers.
 	built *proxierGeneration
+	// early are the Service and EndpointSlice lists started as soon as the client
+	// exists, for the first generation to take (startLists).
+	early *lists
 	live  *liveGeneration
 
 	// ConfigFile is --config; the daemon exits when its content changes.
@@ -169,6 +172,20 @@ func newProxyServer(ctx context.Context, o *Options, d deps) (*ProxyServer, erro
 	if s.Client, err = d.newClient(ctx, cfg, o.Master); err != nil {
 		return nil, err
 	}
+	// The lists start now: at scale the API server's lists take seconds, which the
+	// Node wait, the kernel set-up and building the proxier (tool checks, kernel
+	// reads) would otherwise add to the time before the first sync.
+	selector, err := serviceLabelSelector()
+	if err != nil {
+		return nil, err
+	}
+	s.early = startLists(ctx, s, selector)
+	defer func() {
+		if s.built == nil && s.early != nil {
+			s.early.stop()
+			s.early = nil
+		}
+	}()
 
 	nodeCIDR := cfg.DetectLocalMode == "NodeCIDR"
 	if s.Node, err = waitForNode(ctx, s.Client, s.NodeName, d, nodeCIDR); err != nil {

@@ -79,6 +79,8 @@ type objectConfig[T any, H any] struct {
 	logger   klog.Logger
 	kind     string
 	name     string
+	informer cache.SharedIndexInformer
+	resync   time.Duration
 	synced   cache.InformerSynced
 	handlers fanout[H]
 	add      func(H, T)
@@ -97,11 +99,19 @@ func (c *objectConfig[T, H]) register(informer cache.SharedIndexInformer, resync
 			c.logger.Error(err, "The informer caches whole objects; they are reduced on delivery")
 		}
 	}
-	reg, err := informer.AddEventHandlerWithResyncPeriod(cache.ResourceEventHandlerFuncs{
+	c.informer, c.resync = informer, resyncPeriod
+}
+
+// listen adds the config's own handler to the informer (once, from Run). An informer
+// started before (the daemon starts its lists before it builds the proxier) hands the
+// new handler every object it holds as an add, so nothing that arrived before is
+// missed.
+func (c *objectConfig[T, H]) listen() {
+	reg, err := c.informer.AddEventHandlerWithResyncPeriod(cache.ResourceEventHandlerFuncs{
 		AddFunc:    c.handleAdd,
 		UpdateFunc: c.handleUpdate,
 		DeleteFunc: c.handleDelete,
-	}, resyncPeriod)
+	}, c.resync)
 	if err != nil {
 		// Only happens when the informer has been stopped; nothing will ever sync.
 		c.logger.Error(err, "Failed to register event handler")
@@ -114,8 +124,11 @@ func (c *objectConfig[T, H]) register(informer cache.SharedIndexInformer, resync
 // RegisterEventHandler adds a handler; call it before Run.
 func (c *objectConfig[T, H]) RegisterEventHandler(h H) { c.handlers.add(h) }
 
-// Run waits for the initial list and then tells every handler it has synced.
+// Run starts delivering the informer's events to the handlers (the objects the
+// informer already holds first, as adds), waits for the initial list and then tells
+// every handler it has synced.
 func (c *objectConfig[T, H]) Run(stopCh <-chan struct{}) {
+	c.listen()
 	waitAndNotify(c.logger, c.name, stopCh, c.synced, func() {
 		c.handlers.each(c.isSynced)
 	})
@@ -169,10 +182,11 @@ type ServiceConfig struct {
 	objectConfig[*proxy.ServiceRecord, ServiceHandler]
 }
 
-// NewServiceConfig registers on informer; resyncPeriod is configSyncPeriod. It makes
-// the informer cache records (ReduceServices) in place of the objects, so it must be
-// called before the informer starts; a started informer's objects are reduced on
-// delivery instead, and its cache keeps them whole.
+// NewServiceConfig delivers informer's events from Run on; resyncPeriod is
+// configSyncPeriod. It makes the informer cache records (ReduceServices) in place of
+// the objects, so it must be called before the informer starts (which may be before
+// Run); a started informer's objects are reduced on delivery instead, and its cache
+// keeps them whole.
 func NewServiceConfig(ctx context.Context, informer coreinformers.ServiceInformer, resyncPeriod time.Duration) *ServiceConfig {
 	c := &ServiceConfig{objectConfig[*proxy.ServiceRecord, ServiceHandler]{
 		logger:   klog.LoggerWithValues(klog.FromContext(ctx), "kind", "Service"),
@@ -205,11 +219,11 @@ type EndpointSliceConfig struct {
 	objectConfig[*proxy.EndpointSliceRecord, EndpointSliceHandler]
 }
 
-// NewEndpointSliceConfig registers on informer; resyncPeriod is configSyncPeriod, and
-// nodeName the node whose endpoints are local. It makes the informer cache records
-// (ReduceEndpointSlices) in place of the objects, so it must be called before the
-// informer starts; a started informer's objects are reduced on delivery instead,
-// and its cache keeps them whole.
+// NewEndpointSliceConfig delivers informer's events from Run on; resyncPeriod is
+// configSyncPeriod, and nodeName the node whose endpoints are local. It makes the
+// informer cache records (ReduceEndpointSlices) in place of the objects, so it must be
+// called before the informer starts (which may be before Run); a started informer's
+// objects are reduced on delivery instead, and its cache keeps them whole.
 func NewEndpointSliceConfig(ctx context.Context, informer discoveryinformers.EndpointSliceInformer, resyncPeriod time.Duration, nodeName string) *EndpointSliceConfig {
 	c := &EndpointSliceConfig{objectConfig[*proxy.EndpointSliceRecord, EndpointSliceHandler]{
 		logger:   klog.LoggerWithValues(klog.FromContext(ctx), "kind", "EndpointSlice"),
@@ -244,7 +258,8 @@ type NodeConfig struct {
 	objectConfig[*v1.Node, NodeHandler]
 }
 
-// NewNodeConfig registers on informer; resyncPeriod is configSyncPeriod.
+// NewNodeConfig delivers informer's events from Run on; resyncPeriod is
+// configSyncPeriod.
 func NewNodeConfig(ctx context.Context, informer coreinformers.NodeInformer, resyncPeriod time.Duration) *NodeConfig {
 	c := &NodeConfig{objectConfig[*v1.Node, NodeHandler]{
 		logger:   klog.LoggerWithValues(klog.FromContext(ctx), "kind", "Node"),

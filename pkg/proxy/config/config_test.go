@@ -3,6 +3,7 @@ package config
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -11,6 +12,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/tools/cache"
@@ -315,4 +317,52 @@ func TestWrongObjectTypesAreIgnored(t *testing.T) {
 	nc.handleAdd(service("cross", "10.0.0.1"))
 	sc.handleAdd(slice("cross"))
 	r.wantNone(t)
+}
+
+// TestListsStartedBeforeRun: the daemon starts the Service and EndpointSlice lists
+// before it builds the proxier. Objects that arrive before Run (before any handler
+// listens) are cached as records and handed to the handlers as adds when Run starts,
+// before the synced call, and events after that flow as usual.
+func TestListsStartedBeforeRun(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	client := fake.NewClientset(service("early", "10.0.0.1"))
+	factory := informers.NewSharedInformerFactory(client, 0)
+	cfg := NewServiceConfig(ctx, factory.Core().V1().Services(), 0)
+	factory.Start(ctx.Done())
+	for typ, ok := range factory.WaitForCacheSync(ctx.Done()) {
+		if !ok {
+			t.Fatalf("informer %v did not sync", typ)
+		}
+	}
+	if _, err := client.CoreV1().Services("ns").Create(ctx, service("while-building", "10.0.0.2"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	err := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
+		return len(factory.Core().V1().Services().Informer().GetStore().List()) == 2, nil
+	})
+	if err != nil {
+		t.Fatal("the informer did not cache the second Service before Run")
+	}
+	for _, o := range factory.Core().V1().Services().Informer().GetStore().List() {
+		if _, ok := o.(*proxy.ServiceRecord); !ok {
+			t.Fatalf("the informer caches %T, want *proxy.ServiceRecord", o)
+		}
+	}
+
+	r := newRecorder()
+	cfg.RegisterEventHandler(r)
+	go cfg.Run(ctx.Done())
+	got := r.waitFor(t, 3)
+	adds := slices.Clone(got[:2])
+	slices.Sort(adds)
+	if diff := cmp.Diff([]string{"add service ns/early", "add service ns/while-building"}, adds); diff != "" || got[2] != "services synced" {
+		t.Fatalf("events at Run: %v, want both Services added, then synced", got)
+	}
+	if err := client.CoreV1().Services("ns").Delete(ctx, "early", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if got := r.waitFor(t, 4); got[3] != "delete service ns/early" {
+		t.Fatalf("after Run: %v, want the delete", got)
+	}
 }
