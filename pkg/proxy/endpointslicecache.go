@@ -38,6 +38,15 @@ type sliceTracker struct {
 	// merged are the applied slices' endpoints merged, when there are several (nil
 	// for one: its endpoints are read from the slice).
 	merged EndpointsMap
+	// one is where applied starts: most Services have one slice, which so needs no
+	// allocation of its own.
+	one [1]namedSlice
+}
+
+func newSliceTracker() *sliceTracker {
+	t := &sliceTracker{}
+	t.applied = t.one[:0]
+	return t
 }
 
 type namedSlice struct {
@@ -133,7 +142,7 @@ func (c *endpointSliceCache) updatePending(svc types.NamespacedName, sliceName s
 		return false
 	}
 	if tracker == nil {
-		tracker = &sliceTracker{}
+		tracker = newSliceTracker()
 		c.byService[svc] = tracker
 	}
 	tracker.pending = putSlice(tracker.pending, sliceName, info)

@@ -44,7 +44,9 @@ type buildContext struct {
 	// clusterOwner maps every ClusterIP virtual server key to its Service: an external or
 	// LoadBalancer address of another Service that collides with one is not programmed
 	// (a Service's own ClusterIP wins; the CVE-2020-8554 class of hijack).
-	clusterOwner map[vsKey]types.NamespacedName
+	// The name is the one in the owner's port list (svcPorts, never written): a
+	// pointer is 8 bytes of the map's entry where the name took 32.
+	clusterOwner map[vsKey]*types.NamespacedName
 }
 
 // serviceState is the desired kernel state of every port of one Service. It is built by
@@ -305,7 +307,7 @@ func (b *portBuilder) usableVIP(field string, ip net.IP, port int, external bool
 	}
 	k := makeVSKey(string(svc.Protocol), ip, uint16(port))
 	b.st.externalKeys = append(b.st.externalKeys, k)
-	if owner, ok := b.bc.clusterOwner[k]; ok && owner != b.sp.name.NamespacedName {
+	if owner, ok := b.bc.clusterOwner[k]; ok && *owner != b.sp.name.NamespacedName {
 		b.st.refused = append(b.st.refused, refusal{field: field, value: ip.String() + " " + strconv.Itoa(port) + "/" + string(svc.Protocol),
 			reason: "it is the ClusterIP and port of Service " + owner.String()})
 		return false

@@ -18,7 +18,7 @@ import (
 func TestClusterKeysOfState(t *testing.T) {
 	clusterIP := net.ParseIP("10.96.0.1").To4()
 	name := &proxy.ServicePortName{NamespacedName: types.NamespacedName{Namespace: "ns", Name: "a"}, Port: "p", Protocol: v1.ProtocolTCP}
-	bc := &buildContext{family: v1.IPv4Protocol, scheduler: "rr", clusterOwner: map[vsKey]types.NamespacedName{}}
+	bc := &buildContext{family: v1.IPv4Protocol, scheduler: "rr", clusterOwner: map[vsKey]*types.NamespacedName{}}
 	for _, tc := range []struct {
 		name string
 		info proxy.ServicePortInfo

@@ -275,7 +275,7 @@ func NewProxier(ctx context.Context, opts Options, kernel Kernel, clk clock.Cloc
 		scheduler:        opts.Scheduler,
 		localAddrs:       sets.New[string](),
 		drainTerminating: !oldKernel,
-		clusterOwner:     map[vsKey]types.NamespacedName{},
+		clusterOwner:     map[vsKey]*types.NamespacedName{},
 	}
 	p.syncRunner = async.NewBoundedFrequencyRunnerWithClock("sync-runner", p.syncProxyRules, opts.MinSyncPeriod, opts.SyncPeriod, 2, clk)
 	p.addrsChanged.Store(true)

@@ -32,7 +32,7 @@ func (p *Proxier) updateClusterOwners(changed sets.Set[types.NamespacedName]) {
 			if _, still := slices.BinarySearchFunc(keys, k, compareVSKeys); still {
 				continue
 			}
-			if p.bc.clusterOwner[k] == name {
+			if owner := p.bc.clusterOwner[k]; owner != nil && *owner == name {
 				delete(p.bc.clusterOwner, k)
 			}
 			affected = append(affected, k)
@@ -44,7 +44,8 @@ func (p *Proxier) updateClusterOwners(changed sets.Set[types.NamespacedName]) {
 			// The API server never gives two Services one ClusterIP; should it happen, the
 			// name that sorts first keeps it, as for any other shared key.
 			if cur, ok := p.bc.clusterOwner[k]; !ok || name.String() < cur.String() {
-				p.bc.clusterOwner[k] = name
+				// keys is not empty: the Service has ports.
+				p.bc.clusterOwner[k] = &p.svcPorts[name][0].Name.NamespacedName
 			}
 			affected = append(affected, k)
 		}
