@@ -12,13 +12,18 @@
 # It never skips silently.
 #
 #   test/conformance/ci.sh            build (cached), then run and check
-#   test/conformance/ci.sh prebuild   start `build.sh ci` and the node disk
-#                                     (build-node.sh) in the background, at nice 19,
-#                                     and return: `make test` does this first, so
-#                                     the cold build uses the CPU the other layers
-#                                     leave idle; the run waits for it (build.sh's
-#                                     lock) and redoes in the foreground whatever
-#                                     it did not finish. Log: OUT/prebuild.log
+#   test/conformance/ci.sh prebuild   start `ci.sh prepare` in the background at
+#                                     nice 19 and return: `make test` does this
+#                                     first, so the cold build uses the CPU the
+#                                     other layers leave idle; the run waits for
+#                                     it and redoes in the foreground whatever it
+#                                     did not finish. Log: OUT/prebuild.log
+#   test/conformance/ci.sh prepare    everything the run needs before its
+#                                     cluster, all cached: build.sh ci, the node
+#                                     disk, our image of HEAD (proxy-image.sh)
+#                                     and the disk preloaded with the images and
+#                                     ours (build-node.sh --preload: one boot of
+#                                     a node VM per new commit)
 #
 # Environment:
 #   KPI_CONF_CI_PROXIES  columns (default ours-iptables; ours-nftables, or both)
@@ -54,18 +59,30 @@ if [[ ${1:-} == prebuild ]]; then
 		exit 0
 	fi
 	# Its own session: make's exit leaves it alone; it ends when built.
-	setsid nice -n 19 bash -c '
-		s=$SECONDS
-		echo "prebuild: start $(date -u +%FT%TZ)"
-		"$1/build.sh" ci >/dev/null && echo "prebuild: build.sh ci done after $((SECONDS - s)) s" &&
-			"$1/cluster/build-node.sh" >/dev/null && echo "prebuild: node disk done after $((SECONDS - s)) s"
-		echo "prebuild: exit $? after $((SECONDS - s)) s"' prebuild "$here" \
-		</dev/null >"$out/prebuild.log" 2>&1 &
+	setsid nice -n 19 "$here/ci.sh" prepare prebuild </dev/null >"$out/prebuild.log" 2>&1 &
 	echo $! >"$out/prebuild.pid"
-	log "prebuild: build.sh ci and the node disk in the background (pid $!, nice 19), log $out/prebuild.log"
+	log "prebuild: ci.sh prepare in the background (pid $!, nice 19), log $out/prebuild.log"
 	exit 0
 fi
-[[ $# -eq 0 ]] || die "usage: $0 [prebuild]"
+if [[ ${1:-} == prepare ]]; then
+	step() { # WHAT CMD...: runs CMD, says how long it took
+		local what=$1 s=$SECONDS
+		shift
+		"$@" >"$out/prepare.out" || die "prepare: $what failed"
+		log "prepare: $what done in $((SECONDS - s)) s ($(date -u +%T))"
+	}
+	mkdir -p "$out"
+	step "build.sh ci" "$here/build.sh" ci
+	build=$(cat "$out/prepare.out")
+	step "node disk" "$here/cluster/build-node.sh"
+	step "our image" "$here/cluster/proxy-image.sh"
+	IFS=$'\t' read -r archive version <"$out/prepare.out"
+	step "preloaded disk" "$here/cluster/build-node.sh" --preload "$build/images-ci" \
+		"$archive=kpi.local/kube-proxy-ipvs:$version"
+	rm -f "$out/prepare.out"
+	exit 0
+fi
+[[ $# -eq 0 ]] || die "usage: $0 [prebuild|prepare]"
 
 # "REGEX  # REASON" per line, in ci.txt and skip.txt alike.
 read_list() { # FILE ARRAY: ARRAY gets the regular expressions
@@ -121,10 +138,8 @@ EOF
 log "${#specs[@]} specs of ci.txt, column(s) $proxies, results in $out"
 
 set +e
-# Our image (new with every commit) is imported by the nodes as they boot:
-# cheaper than preloading it into a disk by one more boot of its own.
 PROCS=${PROCS:-${#specs[@]}} FOCUS=$focus PROXIES=$proxies KPI_CONF_OUT=$out KPI_CONF_BUILD=ci KPI_CONF_E2E=e2e-network.test \
-	KPI_CONF_IMAGES_DIR=$images KPI_CONF_PRELOAD_PROXY=${KPI_CONF_PRELOAD_PROXY:-0} "$here/run.sh"
+	KPI_CONF_IMAGES_DIR=$images "$here/run.sh"
 rc=$?
 set -e
 
@@ -155,7 +170,7 @@ EOF
 done
 took=$((SECONDS - t0))
 if [[ $rc -ne 0 || $bad -ne 0 ]]; then
-	die "a spec of ci.txt did not pass (run.sh exit $rc) after $took s; logs: $out/COLUMN/e2e.log and cluster/"
+	die "not every spec of ci.txt ran and passed (run.sh exit $rc) after $took s; logs: $out/COLUMN/e2e.log and cluster/"
 fi
 log "PASS: ${#specs[@]} specs in $proxies, $took s (table: $out/results.md)"
 exit 0

@@ -27,9 +27,6 @@
 #   KPI_CONF_APISERVER_NAME  the name kube-proxy's apiServer uses (default
 #                         kpi-apiserver, in every node's /etc/hosts); "ip" puts the address
 #   KPI_CONF_PROXY_ARCHIVE   our image as an OCI archive (default: proxy-image.sh)
-#   KPI_CONF_PRELOAD_PROXY=0 our image is imported by each node at boot instead of
-#                         preloaded into the disk (one boot fewer on a new commit:
-#                         test/conformance/ci.sh)
 #   KPI_CONF_BUILD_DIR    test/conformance/build.sh's folder (default: build.sh bin)
 #   KPI_CONF_IMAGES_DIR   folder with index.tsv and the OCI archives (default BUILD_DIR/images)
 #   KPI_CONF_TIMEOUT      seconds to wait for nodes Ready and kube-proxy (default 900)
@@ -88,7 +85,7 @@ if [[ $proxy == standalone || $proxy == ours-* ]]; then
 fi
 # The node's disk with every image (index.tsv's, ours) already in containerd.
 preload=("$images")
-[[ -z $proxy_ref || ${KPI_CONF_PRELOAD_PROXY:-1} == 0 ]] || preload+=("$proxy_archive=$proxy_ref")
+[[ -z $proxy_ref ]] || preload+=("$proxy_archive=$proxy_ref")
 node_disk=$("$here/build-node.sh" --preload "${preload[@]}")
 
 # ---- teardown: by PID and by namespace name ----
