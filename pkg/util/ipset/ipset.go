@@ -35,7 +35,7 @@ type runner struct {
 	exec utilexec.Interface
 	// Deadlines (the constants above; tests shorten them).
 	readTimeout, restoreTimeout, restorePerLine time.Duration
-	// nl, when set, writes small batches of member changes (netlink.go).
+	// nl, when set, writes batches of member changes (netlink.go).
 	nl *netlinkWriter
 }
 
@@ -46,9 +46,10 @@ func New(exec utilexec.Interface) Interface {
 	return &runner{exec: exec, readTimeout: ReadTimeout, restoreTimeout: RestoreTimeout, restorePerLine: RestoreTimeoutPerLine}
 }
 
-// NewNetlink is New whose Apply writes small batches of member changes over netlink
-// (netlink.go) instead of starting a process. It talks to the kernel of the calling
-// thread's network namespace, so tests that fake the exec use New.
+// NewNetlink is New whose Apply writes batches of member changes (adds and deletes
+// only, of any size) over netlink (netlink.go) instead of starting a process. It
+// talks to the kernel of the calling thread's network namespace, so tests that fake
+// the exec use New.
 func NewNetlink(exec utilexec.Interface) (Interface, error) {
 	w, err := newNetlinkWriter()
 	if err != nil {

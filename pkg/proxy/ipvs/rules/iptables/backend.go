@@ -169,10 +169,11 @@ func (b *Backend) Remove(ctx context.Context, c rules.Counter) (bool, error) {
 	return true, nil
 }
 
-// executeSets sends the member changes as one `ipset restore`. When ipset refuses a
-// line, that change is set aside (its owners held back) and the rest is sent again, so
-// one bad entry never keeps the others out. ipset may have applied lines before the
-// refused one; the batch runs with -exist, so sending them again is harmless.
+// executeSets sends the member changes as one batch (over netlink, or one `ipset
+// restore`: ipset.NewNetlink). When ipset refuses a line, that change is set aside
+// (its owners held back) and the rest is sent again, so one bad entry never keeps
+// the others out. ipset may have applied lines before the refused one; the batch
+// runs with -exist, so sending them again is harmless.
 func (b *Backend) executeSets(ctx context.Context, changes []rules.Change, c rules.Counter, out *rules.Outcome) error {
 	remaining := changes
 	for refused := 0; len(remaining) > 0; refused++ {
