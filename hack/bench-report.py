@@ -75,6 +75,8 @@ def cell(run, name):
         lines.append(s)
     elif c.get("not_after_s"):
         lines.append("changes not measured (in its first sync)")
+    if c.get("change_not_after_s"):
+        lines.append(f"change {c['changes'] + 1} **not after {c['change_not_after_s']:.0f} s** (no further changes)")
     if c.get("full_resync_s"):
         lines.append(f"full resync {secs(c['full_resync_s'])}")
     cpu = c.get("cpu_to_programmed")

@@ -252,6 +252,7 @@ type scaleJSONFigures struct {
 	ChangeP99     float64   `json:"change_p99_s,omitempty"`
 	ChangeMax     float64   `json:"change_max_s,omitempty"`
 	Changes       int       `json:"changes"`
+	ChangeNotAft  float64   `json:"change_not_after_s,omitempty"`
 	CPU           *scaleCPU `json:"cpu_to_programmed,omitempty"`
 	RSSMiB        float64   `json:"rss_mib"`
 	PeakRSSMiB    float64   `json:"peak_rss_mib"`
@@ -274,6 +275,7 @@ type scaleJSON struct {
 func scaleToJSON(f *scaleFigures) scaleJSONFigures {
 	j := scaleJSONFigures{Name: f.name, Start: f.startAll.Seconds(), NotAfter: f.unfinished.Seconds(), StartFull: f.startFull.Seconds(),
 		FullResync: f.fullMean.Seconds(), FullResyncHow: f.fullHow, Changes: len(f.lat), RSSMiB: f.rss, PeakRSSMiB: f.hwm, RulesBackend: f.rulesBackend}
+	j.ChangeNotAft = f.changesNotAfter.Seconds()
 	if len(f.lat) > 0 {
 		j.ChangeP50 = scalePercentile(f.lat, 50).Seconds()
 		j.ChangeP99 = scalePercentile(f.lat, 99).Seconds()
@@ -324,6 +326,11 @@ func scaleCompareAll(all []*scaleFigures, floor *scaleFloor, nsvc int) {
 	row("one-endpoint change p50", false, func(f *scaleFigures) time.Duration { return scalePercentile(f.lat, 50) })
 	row("one-endpoint change p99", false, func(f *scaleFigures) time.Duration { return scalePercentile(f.lat, 99) })
 	row("one-endpoint change max", false, func(f *scaleFigures) time.Duration { return scaleMax(f.lat) })
+	for _, f := range all {
+		if f.changesNotAfter > 0 {
+			fmt.Printf("SCALE-CMP: %s: change %d did not land by the bound of %s; the figures above are of the %d before it\n", f.name, len(f.lat)+1, scaleSecs(f.changesNotAfter), len(f.lat))
+		}
+	}
 	cpuRow := func(figure string, get func(c scaleCPU) float64) {
 		line := "SCALE-CMP: | " + figure + " |"
 		for _, f := range all {
