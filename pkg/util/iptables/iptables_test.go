@@ -3,10 +3,14 @@ package iptables
 import (
 	"context"
 	"errors"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
+	utilexec "k8s.io/utils/exec"
 )
 
 func TestQuoteComment(t *testing.T) {
@@ -134,6 +138,36 @@ func TestDetectModeOverride(t *testing.T) {
 	t.Setenv(EnvMode, "iptables")
 	if _, err := DetectMode(context.Background(), nil); err == nil {
 		t.Error("bad override accepted")
+	}
+}
+
+// TestDetectModeRunsSavesAtOnce: the four saves run concurrently (each takes 1 s
+// here, so one after the other would take 4 s), and their outputs still count
+// per backend: legacy's kube rules are in ip6tables-legacy-save only, and
+// iptables-nft-save is missing (the nft backend counts as not installed, which
+// alone would choose legacy; the kube rules make it certain).
+func TestDetectModeRunsSavesAtOnce(t *testing.T) {
+	dir := t.TempDir()
+	for name, out := range map[string]string{
+		"iptables-legacy-save":  "*filter\n:INPUT ACCEPT [0:0]\nCOMMIT",
+		"ip6tables-legacy-save": "*nat\n-A KUBE-SERVICES -j RETURN\n-A KUBE-X -j RETURN\nCOMMIT",
+		"ip6tables-nft-save":    "*filter\n-A INPUT -j ACCEPT\n-A INPUT -j DROP\n-A INPUT -j LOG\nCOMMIT",
+	} {
+		script := "#!/bin/sh\n/bin/sleep 1\nprintf '%s\\n' '" + strings.ReplaceAll(out, "\n", "' '") + "'\n"
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(script), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Setenv("PATH", dir)
+	t.Setenv(EnvMode, "")
+	start := time.Now()
+	mode, err := DetectMode(context.Background(), utilexec.New())
+	took := time.Since(start)
+	if err != nil || mode != ModeLegacy {
+		t.Errorf("DetectMode = %v, %v; want legacy", mode, err)
+	}
+	if took > 3*time.Second {
+		t.Errorf("DetectMode took %s: the saves ran one after the other", took)
 	}
 }
 
