@@ -141,12 +141,18 @@ func (p *Proxier) runStep(ctx context.Context, s step, stats *SyncStats, ct *[]c
 	return nil
 }
 
-// bind binds new service addresses to kube-ipvs0.
+// bind binds new service addresses to kube-ipvs0, pipelined (a start-up binds one
+// per Service).
 func (p *Proxier) bind(ctx context.Context, addrs []string, stats *SyncStats, out *outcome) {
-	for _, addr := range addrs {
+	ips := make([]net.IP, len(addrs))
+	for i, addr := range addrs {
+		ips[i] = net.ParseIP(addr)
 		stats.AddressOps++
 		stats.count(opBindAddress)
-		if _, err := p.kernel.Netlink.EnsureAddressBind(ctx, net.ParseIP(addr), netlink.DefaultDummyDevice); err != nil {
+	}
+	for i, err := range p.kernel.Netlink.BindAddresses(ctx, ips, netlink.DefaultDummyDevice) {
+		addr := addrs[i]
+		if err != nil {
 			out.fail(failure{key: retryKey{kind: retryAddr, text: addr}, layer: heldBackAddress,
 				what: "address " + addr + " on " + netlink.DefaultDummyDevice, owners: p.index.ownersOfAddr(addr),
 				err: fmt.Errorf("binding %s to %s: %w", addr, netlink.DefaultDummyDevice, err)})

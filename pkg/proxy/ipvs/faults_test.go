@@ -77,6 +77,14 @@ func (x *faultyNetlink) EnsureAddressBind(ctx context.Context, ip net.IP, dev st
 	return x.Handle.EnsureAddressBind(ctx, ip, dev)
 }
 
+func (x *faultyNetlink) BindAddresses(ctx context.Context, ips []net.IP, dev string) []error {
+	errs := make([]error, len(ips))
+	for i, ip := range ips {
+		_, errs[i] = x.EnsureAddressBind(ctx, ip, dev)
+	}
+	return errs
+}
+
 func faultServices() []any {
 	var objs []any
 	for i := range 5 {

@@ -143,3 +143,43 @@ func checkDummyContract(t *testing.T, h Handle) {
 		t.Errorf("second DeleteDummyDevice = %v, want nil", err)
 	}
 }
+
+// checkBindAddressesContract: binding many addresses at once gives each the answer
+// EnsureAddressBind gives: bound, already bound (nil), refused (ff02::1, a multicast
+// address, on a device that is not lo), and on a missing link every one IsNotFound.
+// dev must exist and hold no addresses.
+func checkBindAddressesContract(t *testing.T, h Handle, dev string) {
+	t.Helper()
+	ctx := context.Background()
+	var ips []net.IP
+	for i := 1; i <= 300; i++ { // more than one chunk
+		ips = append(ips, net.IPv4(10, 96, byte(i>>8), byte(i)))
+	}
+	ips = append(ips, net.ParseIP("fd00:96::20"), net.ParseIP("ff02::1"), net.ParseIP("10.96.0.1"))
+	errs := h.BindAddresses(ctx, ips, dev)
+	for i, err := range errs {
+		switch refused := ips[i].String() == "ff02::1"; {
+		case refused && err == nil:
+			t.Errorf("BindAddresses: %s bound, want it refused", ips[i])
+		case !refused && err != nil:
+			t.Errorf("BindAddresses: %s: %v", ips[i], err)
+		}
+	}
+	got, err := h.ListBindAddress(ctx, dev, ipfamily.Any)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 301 {
+		t.Errorf("ListBindAddress after BindAddresses: %d addresses, want 301", len(got))
+	}
+	for _, ip := range got {
+		if err := h.UnbindAddress(ctx, ip, dev); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i, err := range h.BindAddresses(ctx, ips[:2], "kpv-missing0") {
+		if !IsNotFound(err) {
+			t.Errorf("BindAddresses(%s) on a missing link = %v, want IsNotFound", ips[i], err)
+		}
+	}
+}

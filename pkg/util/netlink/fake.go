@@ -196,6 +196,15 @@ func (f *Fake) EnsureAddressBind(ctx context.Context, ip net.IP, dev string) (bo
 	return false, nil
 }
 
+// BindAddresses is EnsureAddressBind for each address, one operation each.
+func (f *Fake) BindAddresses(ctx context.Context, ips []net.IP, dev string) []error {
+	errs := make([]error, len(ips))
+	for i, ip := range ips {
+		_, errs[i] = f.EnsureAddressBind(ctx, ip, dev)
+	}
+	return errs
+}
+
 func (f *Fake) UnbindAddress(ctx context.Context, ip net.IP, dev string) error {
 	if _, err := hostNet(ip); err != nil {
 		return fmt.Errorf("unbinding address from %s: %w", dev, err)

@@ -63,3 +63,7 @@ func TestFakeDumpOpsInjection(t *testing.T) {
 		t.Errorf("Ops = %v", f.Ops())
 	}
 }
+
+func TestFakeBindAddressesContract(t *testing.T) {
+	checkBindAddressesContract(t, newContractFake(), "dev0")
+}

@@ -21,6 +21,10 @@ type Handle interface {
 	DeleteDummyDevice(ctx context.Context, dev string) error
 	// EnsureAddressBind binds ip to dev; reports whether it was already bound.
 	EnsureAddressBind(ctx context.Context, ip net.IP, dev string) (bool, error)
+	// BindAddresses binds every ip to dev at once (pipelined) and returns one error
+	// per address, as EnsureAddressBind would (nil when bound, already bound
+	// included).
+	BindAddresses(ctx context.Context, ips []net.IP, dev string) []error
 	UnbindAddress(ctx context.Context, ip net.IP, dev string) error
 	// ListBindAddress lists the addresses of family af (ipfamily.Any: both) bound to
 	// dev; the kernel leaves the other family's out of its answer.

@@ -53,6 +53,9 @@ type Client struct {
 	links map[string]int
 	// linkLookups counts the link lookups the address writes made (tests).
 	linkLookups int
+	// batch is the socket of pipelined address writes (BindAddresses), opened on
+	// first use.
+	batch *batchSocket
 }
 
 var _ Handle = &Client{}
@@ -85,6 +88,10 @@ func (c *Client) Close() {
 	if c.strict != nil {
 		c.strict.Close()
 		c.strict = nil
+	}
+	if c.batch != nil {
+		unix.Close(c.batch.fd)
+		c.batch = nil
 	}
 }
 

@@ -136,6 +136,7 @@ func TestVMAddressContractOnDummy(t *testing.T) {
 			t.Fatal(err)
 		}
 		checkAddressContract(t, c, DefaultDummyDevice)
+		checkBindAddressesContract(t, c, DefaultDummyDevice)
 		// A service address bound to the (down) dummy device is a local address:
 		// the kernel routes it to the host (table local), which IPVS needs.
 		for _, s := range []string{"10.96.0.7", "fd00:96::7"} {
