@@ -10,6 +10,7 @@ import (
 	utilexec "k8s.io/utils/exec"
 
 	ipvsproxy "github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/proxy/ipvs"
+	iptablesrules "github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/proxy/ipvs/rules/iptables"
 	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/conntrack"
 	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/ipset"
 	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/ipvs"
@@ -59,11 +60,20 @@ func openProxierHandles(ctx context.Context, logger klog.Logger, scheduler strin
 	}
 	h.ipvs, h.netlink = ipvsHandle, nl
 	if _, err := exec.LookPath("ipset"); err == nil || !nftBackend {
-		// Small batches of member changes go over netlink, not through a process.
+		// Member changes go over netlink, not through a process.
 		if h.ipset, err = ipset.NewNetlink(exec); err != nil {
 			logger.Error(err, "Writing ipset members with `ipset restore` only")
 			h.ipset = ipset.New(exec)
 		}
+	}
+	if !nftBackend {
+		// The set types' modules load beside the API server's lists, not in the
+		// first sync's creates (a node's first start).
+		go func() {
+			if err := ipset.LoadTypes(ctx, iptablesrules.SetTypes()); err != nil {
+				logger.V(2).Info("Could not load the ipset types ahead of the first sync; creating the sets loads them", "err", err)
+			}
+		}()
 	}
 	// Upstream's nftables mode keeps its rules in tables the proxiers remove once
 	// they have synced (a node switched from that mode).

@@ -273,6 +273,24 @@ func TestIntegrationNetlinkBulk(t *testing.T) {
 	})
 }
 
+// TestIntegrationLoadTypes: asking the kernel about the proxier's set types
+// succeeds (loading their modules if needed) and changes no set; an unknown type
+// is an error.
+func TestIntegrationLoadTypes(t *testing.T) {
+	netns.Run(t, func(t *testing.T) {
+		ctx := context.Background()
+		if err := LoadTypes(ctx, []Type{HashIP, HashIPPort, HashIPPortIP, HashIPPortNet, BitmapPort}); err != nil {
+			t.Fatal(err)
+		}
+		if err := LoadTypes(ctx, []Type{HashIP, "hash:nonsense"}); err == nil || !strings.Contains(err.Error(), "hash:nonsense") {
+			t.Errorf("LoadTypes(hash:nonsense) = %v, want an error naming it", err)
+		}
+		if d := dump(t, New(utilexec.New())); d != "" {
+			t.Errorf("sets after LoadTypes:\n%s", d)
+		}
+	})
+}
+
 func TestIntegrationListAndErrors(t *testing.T) {
 	netns.Run(t, func(t *testing.T) {
 		ctx := context.Background()

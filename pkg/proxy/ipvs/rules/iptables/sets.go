@@ -1,6 +1,7 @@
 package iptables
 
 import (
+	"slices"
 	"strconv"
 	"strings"
 
@@ -47,6 +48,17 @@ var ipsetTable = []setInfo{
 	{rules.NodePortLocalSCTP, ipset.HashIPPort, "Kubernetes nodeport SCTP port with externalTrafficPolicy=local with type 'hash ip:port'"},
 	{rules.HealthCheckNodePort, ipset.BitmapPort, "Kubernetes health check node port"},
 	{rules.IPVSIPs, ipset.HashIP, "Addresses on the ipvs interface"},
+}
+
+// SetTypes are the ipset types of this backend's sets, each once.
+func SetTypes() []ipset.Type {
+	var types []ipset.Type
+	for _, s := range ipsetTable {
+		if !slices.Contains(types, s.setType) {
+			types = append(types, s.setType)
+		}
+	}
+	return types
 }
 
 // setNames maps a set to its ipset name in one family: IPv6 sets are KUBE-6-..., cut
