@@ -104,11 +104,14 @@ read_list "$here/skip.txt" skips
 focus=$(IFS='|'; echo "${specs[*]}")
 skip=$(IFS='|'; echo "${skips[*]}")
 
-if prebuilding; then
-	log "waiting for the background build (pid $(cat "$out/prebuild.pid"), log $out/prebuild.log)"
-	while prebuilding; do sleep 5; done
+if [[ -f $out/prebuild.pid ]]; then
+	if prebuilding; then
+		log "waiting for the background build (pid $(cat "$out/prebuild.pid"), log $out/prebuild.log)"
+		while prebuilding; do sleep 5; done
+	fi
+	sed 's/^/[prebuild] /' "$out/prebuild.log" >&2 || true
+	rm -f "$out/prebuild.pid"
 fi
-[[ ! -f $out/prebuild.log ]] || sed 's/^/[conformance-ci] /' "$out/prebuild.log" >&2
 log "building what it needs (test/conformance/build.sh ci; cached)"
 build=$("$here/build.sh" ci) || die "test/conformance/build.sh ci failed"
 e2e=$build/bin/e2e-network.test
