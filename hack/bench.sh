@@ -19,8 +19,8 @@
 # run prints a SCALE-CMP table and SCALE-RATIO lines (ours / upstream, ours / the
 # tools, the kernel's share of our start-up) and writes _output/bench/vm-N.json;
 # hack/bench-report.py makes the table _output/bench/vm-table.md and the plot
-# docs/bench-vm.svg from them. Under TCG: ~25 min at 1,000 Services (upstream's
-# ipvs mode takes ~13 min of it), ~40 min at 10,000.
+# docs/bench-vm.svg from them. Under TCG on a loaded 2-core host (2026-12-06): 21 min
+# at 1,000 Services, 55 min at 10,000 (upstream's ipvs mode runs to the bound at both).
 #
 #   BENCH_SIZES=1000,10000     Service counts of the VM runs (default 1000,10000)
 #                              and of the fake-kernel benchmarks (default

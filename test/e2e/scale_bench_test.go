@@ -409,13 +409,3 @@ func scaleWriteJSON(t *testing.T, all []*scaleFigures, floor *scaleFloor, nsvc, 
 		t.Errorf("writing KPI_SCALE_JSON=%s: %v", path, err)
 	}
 }
-
-// scaleMetricsPage is the daemon's /metrics page.
-func scaleMetricsPage(t *testing.T, ctx context.Context) string {
-	t.Helper()
-	page, err := vm.Sh(ctx, "timeout 20 wget -q -O - http://127.0.0.1:10249/metrics")
-	if err != nil {
-		t.Fatalf("reading kube-proxy's /metrics in the VM: %v", err)
-	}
-	return page
-}
