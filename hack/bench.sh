@@ -19,8 +19,9 @@
 # run prints a SCALE-CMP table and SCALE-RATIO lines (ours / upstream, ours / the
 # tools, the kernel's share of our start-up) and writes _output/bench/vm-N.json;
 # hack/bench-report.py makes the table _output/bench/vm-table.md and the plot
-# docs/bench-vm.svg from them. Under TCG on a loaded 2-core host (2026-12-06): 21 min
-# at 1,000 Services, 55 min at 10,000 (upstream's ipvs mode runs to the bound at both).
+# docs/bench-vm.svg from them (copied to docs/bench/vm-N.json). Under TCG on a
+# loaded 2-core host (2026-12-06): 21 min at 1,000 Services, 55 min at 10,000
+# (upstream's ipvs mode runs to the bound at both).
 #
 #   BENCH_SIZES=1000,10000     Service counts of the VM runs (default 1000,10000)
 #                              and of the fake-kernel benchmarks (default
@@ -108,7 +109,10 @@ for n in ${vm_sizes//,/ }; do
   fi
   grep -E '^SCALE-(VM|CMP|RATIO):|^--- ' "$out/vm-$n.log" >&2 || true
   logs+=("$out/vm-$n.log")
-  [[ -s $out/vm-$n.json ]] && jsons+=("$out/vm-$n.json")
+  if [[ -s $out/vm-$n.json ]]; then
+    jsons+=("$out/vm-$n.json")
+    mkdir -p docs/bench && cp "$out/vm-$n.json" "docs/bench/vm-$n.json" # the plot's data, beside it
+  fi
 done
 # The kernel layer: IPVS read in bulk (GetAll) against one destination dump per
 # virtual server, 10,000 x 4, in the VM.
