@@ -50,7 +50,7 @@ out=${KPI_CONF_OUT:-$repo/_output/conformance-ci}
 prebuilding() { # the background build of `ci.sh prebuild` still runs
 	local pid
 	pid=$(cat "$out/prebuild.pid" 2>/dev/null) || return 1
-	[[ -n $pid ]] && tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -q ' prebuild '
+	[[ -n $pid ]] && { tr '\0' ' ' <"/proc/$pid/cmdline"; } 2>/dev/null | grep -q ' prebuild '
 }
 if [[ ${1:-} == prebuild ]]; then
 	mkdir -p "$out"
