@@ -144,10 +144,11 @@ func (ect *EndpointsChangeTracker) checkout() (UpdateEndpointsMapResult, map[typ
 	}
 	ect.lock.Lock()
 	changes := ect.cache.checkoutChanges()
-	for svc, times := range ect.lastChangeTriggerTimes {
-		result.LastChangeTriggerTimes[svc] = times
-	}
-	clear(ect.lastChangeTriggerTimes)
+	// Handed over, not copied and cleared: clear keeps the table, which after an
+	// initial list whose slices carry trigger times would hold a slot for every
+	// Service for good.
+	result.LastChangeTriggerTimes = ect.lastChangeTriggerTimes
+	ect.lastChangeTriggerTimes = make(map[types.NamespacedName][]time.Time)
 	ect.lock.Unlock()
 
 	for svc, change := range changes {
