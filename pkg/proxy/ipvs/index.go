@@ -28,8 +28,9 @@ type desiredIndex struct {
 	// vs holds every claim on a virtual server key, chained through desiredVS.next.
 	vs map[vsKey]*desiredVS
 	// setRefs counts the claims on each set entry, except KUBE-IPVS-IPS's: that set
-	// holds exactly the bound addresses, so bindRefs counts its entries too.
-	setRefs map[rules.Member]int
+	// holds exactly the bound addresses, so bindRefs counts its entries too. The
+	// counts are int32: an entry of setRefs is 44 bytes, not 48.
+	setRefs map[rules.Member]int32
 	// setDigests are the distinct entries per set (base name): their count and sum
 	// (digest.go); addrDigest is bindRefs' (kube-ipvs0's addresses).
 	setDigests map[rules.Set]setDigest
@@ -38,7 +39,7 @@ type desiredIndex struct {
 	// (the nftables backend rewrites a port's elements together; reading them here
 	// keeps a partial sync from walking every entry of every set).
 	srcRanges map[rules.ServicePort]sets.Set[rules.Member]
-	bindRefs  map[string]int
+	bindRefs  map[string]int32
 	outRefs   map[rules.OutFilter]int
 	// health check node ports and local endpoint counts of eTP=Local services
 	hcPorts       map[types.NamespacedName]uint16
@@ -65,10 +66,10 @@ func newDesiredIndex() *desiredIndex {
 	return &desiredIndex{
 		services:      map[types.NamespacedName]*serviceState{},
 		vs:            map[vsKey]*desiredVS{},
-		setRefs:       map[rules.Member]int{},
+		setRefs:       map[rules.Member]int32{},
 		setDigests:    map[rules.Set]setDigest{},
 		srcRanges:     map[rules.ServicePort]sets.Set[rules.Member]{},
-		bindRefs:      map[string]int{},
+		bindRefs:      map[string]int32{},
 		outRefs:       map[rules.OutFilter]int{},
 		hcPorts:       map[types.NamespacedName]uint16{},
 		hcEndpoints:   map[types.NamespacedName]int{},
