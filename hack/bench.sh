@@ -25,7 +25,9 @@
 #
 #   BENCH_SIZES=1000,10000     Service counts of the VM runs (default 1000,10000)
 #                              and of the fake-kernel benchmarks (default
-#                              1000,10000,50000); at most 60000 (the /16 Service range)
+#                              1000,10000,50000); above 60000 the test apiserver's
+#                              Service range is widened to 10.96.0.0/12
+#                              (KPI_E2E_SERVICE_CIDR)
 #   BENCH_PROXIES=...          columns, in this order (default
 #                              upstream,upstream-nftables,ours,ours-nftables)
 #   BENCH_ENDPOINTS=4          endpoints per Service (default 4)
@@ -98,6 +100,8 @@ for n in ${vm_sizes//,/ }; do
   if [[ -z $mem ]]; then
     if ((n <= 2000)); then mem=2048; elif ((n <= 20000)); then mem=4096; else mem=8192; fi
   fi
+  # More than 60,000 Services do not fit the test apiserver's default /16 range.
+  if ((n > 60000)); then export KPI_E2E_SERVICE_CIDR=${KPI_E2E_SERVICE_CIDR:-10.96.0.0/12}; fi
   mkdir -p "$out/logs-$n"
   echo ">>> $(date -u +%T) VM comparison at $n Services x $endpoints endpoints ($proxies, floor ${BENCH_FLOOR:-1}, VM $mem MiB, bound $bound) -> $out/vm-$n.log" >&2
   if ! KPI_SCALE_LOG_DIR=$PWD/$out/logs-$n KPI_SCALE_JSON=$PWD/$out/vm-$n.json KPI_SCALE_COMMIT=$commit KPI_VM_MEM=$mem \

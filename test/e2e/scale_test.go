@@ -34,6 +34,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -354,9 +355,17 @@ func TestScaleVM(t *testing.T) {
 	nsvc := 1000
 	if v := os.Getenv("KPI_SCALE_SERVICES"); v != "" {
 		n, err := strconv.Atoi(v)
-		// The apiserver's Service range is a /16 (framework.ControlPlane).
-		if err != nil || n < 10 || n > 60000 {
-			t.Fatalf("KPI_SCALE_SERVICES=%q: want a number from 10 to 60000", v)
+		// The Service addresses must fit the apiserver's range (framework.ControlPlane):
+		// a /16 unless KPI_E2E_SERVICE_CIDR widens it.
+		_, cidr, cerr := net.ParseCIDR(framework.ServiceRangeIPv4())
+		limit := 60000
+		if cerr == nil {
+			if ones, bits := cidr.Mask.Size(); ones < 16 {
+				limit = (1 << (bits - ones)) - 5536
+			}
+		}
+		if err != nil || n < 10 || n > limit {
+			t.Fatalf("KPI_SCALE_SERVICES=%q: want a number from 10 to %d (the apiserver's Service range is %s; KPI_E2E_SERVICE_CIDR=10.96.0.0/12 allows more)", v, limit, framework.ServiceRangeIPv4())
 		}
 		nsvc = n
 	}
