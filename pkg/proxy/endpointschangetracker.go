@@ -80,7 +80,7 @@ func (ect *EndpointsChangeTracker) EndpointSliceUpdate(slice *EndpointSliceRecor
 		// deletion, so it would misreport latency.
 		if removeSlice {
 			delete(ect.lastChangeTriggerTimes, svc)
-		} else if t := slice.TriggerTime; !t.IsZero() && t.After(ect.startTime) {
+		} else if t := slice.TriggerTime(); !t.IsZero() && t.After(ect.startTime) {
 			ect.lastChangeTriggerTimes[svc] = append(ect.lastChangeTriggerTimes[svc], t)
 		}
 	}
