@@ -76,18 +76,30 @@ func ourChainLines(rules []byte, saved string) string {
 }
 
 // saveTables reads the nat and filter tables (iptables-save) as one text. A table
-// that cannot be read is left out and its error returned with what was read.
+// that cannot be read is left out and its error returned with what was read. The
+// two saves run at once: each is a process (100-400 ms under emulation, in every
+// full sync's jumps step) and neither depends on the other.
 func (b *Backend) saveTables(ctx context.Context, c rules.Counter) (string, error) {
-	var all strings.Builder
-	var errs []error
-	for _, t := range []utiliptables.Table{utiliptables.TableNAT, utiliptables.TableFilter} {
-		var buf bytes.Buffer
+	tables := []utiliptables.Table{utiliptables.TableNAT, utiliptables.TableFilter}
+	bufs := make([]bytes.Buffer, len(tables))
+	errs := make([]error, len(tables))
+	var wg sync.WaitGroup
+	for i, t := range tables {
 		c.Request(metrics.SubsystemIPTables, "save")
-		if err := b.ipt.SaveInto(ctx, t, &buf); err != nil {
-			errs = append(errs, fmt.Errorf("reading table %s: %w", t, err))
-			continue
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := b.ipt.SaveInto(ctx, t, &bufs[i]); err != nil {
+				errs[i] = fmt.Errorf("reading table %s: %w", t, err)
+			}
+		}()
+	}
+	wg.Wait()
+	var all strings.Builder
+	for i := range tables {
+		if errs[i] == nil {
+			all.Write(bufs[i].Bytes())
 		}
-		all.Write(buf.Bytes())
 	}
 	return all.String(), errors.Join(errs...)
 }
