@@ -1,5 +1,6 @@
 // Package ipset is the kernel boundary for ipsets: batched transactions applied with
-// one `ipset restore` process, and a kernel-faithful Fake.
+// one `ipset restore` process (or, with NewNetlink, adds and deletes over netlink),
+// and a kernel-faithful Fake.
 package ipset
 
 import "context"

@@ -20,10 +20,11 @@ type op struct {
 }
 
 // Transaction is an ordered batch of ipset operations applied by Interface.Apply as
-// one `ipset restore -exist` run: adding an existing entry, deleting a missing one and
-// creating an existing set of the same type are no-ops. Like the kernel, a failing line
-// stops the batch and the lines before it stay applied; callers treat any error as
-// "state unknown" and reconcile fully next time.
+// one `ipset restore -exist` run (or over netlink to the same effect, NewNetlink):
+// adding an existing entry, deleting a missing one and creating an existing set of
+// the same type are no-ops. Like the kernel, a failing line stops the batch and the
+// lines before it stay applied; callers treat any error as "state unknown" and
+// reconcile fully next time.
 type Transaction struct {
 	ops []op
 }
