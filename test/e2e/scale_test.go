@@ -508,12 +508,14 @@ func TestScaleVM(t *testing.T) {
 		default:
 			p.rulesBackend = rulesBackend
 		}
+		scaleWaitTrash(t, name)
 		all = append(all, scaleRunProxy(t, ctx, bulk, p, r, svcs, nchanges, cfg, syncPeriod))
 	}
 	// The kernel's own tools for the same content (KPI_SCALE_FLOOR=1), on the
 	// clean node the last run left.
 	var floor *scaleFloor
 	if os.Getenv("KPI_SCALE_FLOOR") == "1" {
+		scaleWaitTrash(t, "the tools' floor")
 		fl := scaleRunFloor(t, ctx, nsvc)
 		floor = &fl
 		for _, tl := range fl.Tools {
@@ -546,6 +548,40 @@ func TestScaleVM(t *testing.T) {
 
 // scaleChangeGap is the pause between two one-endpoint changes (KPI_SCALE_CHANGE_GAP).
 var scaleChangeGap time.Duration
+
+// IPVS keeps a deleted real server in its namespace's trash until a timer, every
+// 60 s, finds it idle for 120 s (ip_vs_dest_trash_expire), and the kernel looks
+// every real server added meanwhile up in that whole list first
+// (ip_vs_trash_get_dest). Right after a column's --cleanup the trash holds all of
+// that column's real servers, so the next column (or the tools' floor) would pay
+// for the previous one: at 10,000 x 4 its ipvs phase took 30 s instead of 2-4 s.
+// Each one waits until the trash is empty: scaleTrashWait (KPI_SCALE_TRASH_WAIT,
+// 0 for none) after the last --cleanup.
+var (
+	scaleTrashWait    = 200 * time.Second
+	scaleTrashEmptyAt time.Time
+)
+
+// scaleWaitTrash sleeps until the IPVS trash of the last --cleanup is empty.
+func scaleWaitTrash(t *testing.T, next string) {
+	t.Helper()
+	if v := os.Getenv("KPI_SCALE_TRASH_WAIT"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			t.Fatalf("KPI_SCALE_TRASH_WAIT=%q: %v", v, err)
+		}
+		scaleTrashWait = d
+	}
+	d := time.Until(scaleTrashEmptyAt)
+	if scaleTrashEmptyAt.IsZero() || scaleTrashWait <= 0 || d <= 0 {
+		return
+	}
+	if d > scaleTrashWait {
+		d = scaleTrashWait
+	}
+	logf("%s waits %s for the IPVS real-server trash of the last --cleanup to empty (KPI_SCALE_TRASH_WAIT)", next, scaleSecs(d))
+	time.Sleep(d)
+}
 
 func scaleHostCPU() string {
 	host, _ := os.ReadFile("/proc/cpuinfo")
@@ -655,6 +691,7 @@ func scaleRunProxy(t *testing.T, ctx context.Context, client kubernetes.Interfac
 			t.Errorf("kube-proxy --cleanup: %v exit %d %s", err, r.ExitCode, r.Stderr)
 		}
 		logf("[%s] kube-proxy --cleanup took %s", p.name, scaleSecs(time.Since(s)))
+		scaleTrashEmptyAt = time.Now().Add(scaleTrashWait)
 	}
 	t.Cleanup(cleanup)
 	defer cleanup()
