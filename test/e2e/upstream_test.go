@@ -67,6 +67,11 @@ func (p *vmKubeProxy) start(ctx context.Context, config string) error {
 	if p.rulesBackend != "" {
 		argv = append(argv, "--ipvs-rules-backend="+p.rulesBackend)
 	}
+	// KPI_E2E_DAEMON_ENV: space-separated NAME=VALUE pairs every kube-proxy of the
+	// run gets (client-go's KUBE_FEATURE_* gates, GODEBUG, ...).
+	if env := strings.Fields(os.Getenv("KPI_E2E_DAEMON_ENV")); len(env) > 0 {
+		argv = append(append([]string{"env"}, env...), argv...)
+	}
 	pid, err := vm.Start(ctx, p.log, argv...)
 	if err != nil {
 		return fmt.Errorf("starting %s kube-proxy in the VM: %w", p.name, err)
