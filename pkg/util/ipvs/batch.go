@@ -10,6 +10,8 @@ import (
 
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
+
+	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/nlattr"
 )
 
 // Writing many objects at once.
@@ -297,17 +299,17 @@ func (c *Client) encodeWrite(w Write) ([]byte, error) {
 	}
 	b := []byte{cmd, ipvsGenlVersion, 0, 0}
 	b = appendNested(b, cmdAttrService, func(b []byte) []byte {
-		b = appendAttr(b, svcAttrAF, u16(svc.AddressFamily))
-		b = appendAttr(b, svcAttrProtocol, u16(svc.Protocol))
-		b = appendAttr(b, svcAttrAddr, rawIP(svc.Address))
-		b = appendAttr(b, svcAttrPort, be16(svc.Port))
-		b = appendAttr(b, svcAttrSchedName, append([]byte(svc.SchedName), 0))
+		b = nlattr.Append(b, svcAttrAF, u16(svc.AddressFamily))
+		b = nlattr.Append(b, svcAttrProtocol, u16(svc.Protocol))
+		b = nlattr.Append(b, svcAttrAddr, rawIP(svc.Address))
+		b = nlattr.Append(b, svcAttrPort, be16(svc.Port))
+		b = nlattr.Append(b, svcAttrSchedName, append([]byte(svc.SchedName), 0))
 		flags := make([]byte, 8) // struct ip_vs_flags {flags, mask}
 		binary.NativeEndian.PutUint32(flags, svc.Flags)
 		binary.NativeEndian.PutUint32(flags[4:], 0xffffffff)
-		b = appendAttr(b, svcAttrFlags, flags)
-		b = appendAttr(b, svcAttrTimeout, u32(svc.Timeout))
-		return appendAttr(b, svcAttrNetmask, u32(svc.Netmask))
+		b = nlattr.Append(b, svcAttrFlags, flags)
+		b = nlattr.Append(b, svcAttrTimeout, u32(svc.Timeout))
+		return nlattr.Append(b, svcAttrNetmask, u32(svc.Netmask))
 	})
 	if w.Kind >= WriteAddRealServer {
 		dst, err := toDestination(w.RS)
@@ -318,12 +320,12 @@ func (c *Client) encodeWrite(w Write) ([]byte, error) {
 			return nil, err
 		}
 		b = appendNested(b, cmdAttrDest, func(b []byte) []byte {
-			b = appendAttr(b, destAttrAddr, rawIP(dst.Address))
-			b = appendAttr(b, destAttrPort, be16(dst.Port))
-			b = appendAttr(b, destAttrFwdMethod, u32(fwdMasq))
-			b = appendAttr(b, destAttrWeight, u32(uint32(dst.Weight)))
-			b = appendAttr(b, destAttrUThresh, u32(0))
-			return appendAttr(b, destAttrLThresh, u32(0))
+			b = nlattr.Append(b, destAttrAddr, rawIP(dst.Address))
+			b = nlattr.Append(b, destAttrPort, be16(dst.Port))
+			b = nlattr.Append(b, destAttrFwdMethod, u32(fwdMasq))
+			b = nlattr.Append(b, destAttrWeight, u32(uint32(dst.Weight)))
+			b = nlattr.Append(b, destAttrUThresh, u32(0))
+			return nlattr.Append(b, destAttrLThresh, u32(0))
 		})
 	}
 	return b, nil
@@ -338,17 +340,6 @@ func appendNlmsg(b []byte, typ, flags uint16, seq uint32, payload []byte) []byte
 	b = append(b, h[:]...)
 	b = append(b, payload...)
 	for len(b)%unix.NLMSG_ALIGNTO != 0 {
-		b = append(b, 0)
-	}
-	return b
-}
-
-func appendAttr(b []byte, typ uint16, v []byte) []byte {
-	var h [4]byte
-	binary.NativeEndian.PutUint16(h[0:], uint16(4+len(v)))
-	binary.NativeEndian.PutUint16(h[2:], typ)
-	b = append(append(b, h[:]...), v...)
-	for len(b)%4 != 0 {
 		b = append(b, 0)
 	}
 	return b

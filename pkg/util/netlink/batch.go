@@ -9,6 +9,8 @@ import (
 	"syscall"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/nlattr"
 )
 
 // Binding many addresses at once.
@@ -144,19 +146,8 @@ func addrMessage(ip net.IP, idx int) ([]byte, error) {
 	ones, _ := ipNet.Mask.Size()
 	b := []byte{family, byte(ones), 0, unix.RT_SCOPE_UNIVERSE, 0, 0, 0, 0}
 	binary.NativeEndian.PutUint32(b[4:], uint32(idx))
-	b = appendRtAttr(b, unix.IFA_LOCAL, raw)
-	return appendRtAttr(b, unix.IFA_ADDRESS, raw), nil
-}
-
-func appendRtAttr(b []byte, typ uint16, v []byte) []byte {
-	var h [4]byte
-	binary.NativeEndian.PutUint16(h[0:], uint16(4+len(v)))
-	binary.NativeEndian.PutUint16(h[2:], typ)
-	b = append(append(b, h[:]...), v...)
-	for len(b)%4 != 0 {
-		b = append(b, 0)
-	}
-	return b
+	b = nlattr.Append(b, unix.IFA_LOCAL, raw)
+	return nlattr.Append(b, unix.IFA_ADDRESS, raw), nil
 }
 
 // send sends msgs (nil ones skipped: their outcome is already in codes) as requests
