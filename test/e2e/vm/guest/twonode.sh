@@ -75,6 +75,9 @@ pod-add)
 	ip -n "$name" addr add "$ip/24" dev eth0
 	ip -n "$name" link set eth0 up
 	ip -n "$name" route add default via "$gw"
+	# The node forgets a neighbour entry left by a deleted pod with the same
+	# address (pod.sh says why).
+	inn ip neigh del "$ip" dev cbr0 2>/dev/null || true
 	;;
 pod-del)
 	ip netns del "$1"
