@@ -16,6 +16,7 @@
 #             ours-iptables  deploy/kubeadm-extras, our image, rulesBackend iptables
 #             ours-nftables  the same with rulesBackend nftables
 #   PROCS     ginkgo parallel processes (default 3)
+#   PARALLEL  1: every column's cluster at once (default: one after another)
 #   KPI_CONF_OUT  results folder (default _output/conformance)
 #   KPI_CONF_BUILD  what build.sh builds: all (default), or ci (test/conformance/ci.sh:
 #             e2e-network.test and images-ci; KPI_CONF_E2E and KPI_CONF_IMAGES_DIR
@@ -80,13 +81,18 @@ commit=$(git -C "$repo" rev-parse --short HEAD)
 mkdir -p "$out"
 failed=0 t0=$SECONDS
 declare -A took=()
-cmd="make conformance${FOCUS:+ FOCUS='$FOCUS'}${PROXIES:+ PROXIES=$PROXIES}"
+cmd="make conformance${FOCUS:+ FOCUS='$FOCUS'}${PROXIES:+ PROXIES=$PROXIES}${PARALLEL:+ PARALLEL=$PARALLEL}"
 for col in "${columns[@]}"; do
 	case $col in
-	ours-iptables | ours-nftables | upstream-ipvs) proxy=$col ;;
+	ours-iptables | ours-nftables | upstream-ipvs) ;;
 	*) die "unknown column $col (ours-iptables, ours-nftables, upstream-ipvs)" ;;
 	esac
-	d=$out/$col
+done
+
+# run_column COLUMN: a fresh cluster with that kube-proxy, the suite against it;
+# writes OUT/COLUMN/{e2e.log,junit_01.xml,results.tsv,took,cluster/}.
+run_column() {
+	local col=$1 proxy=$1 d=$out/$1 start rc
 	rm -rf "$d"
 	mkdir -p "$d"
 	log "$col: a fresh cluster, then $(basename "$e2e") ($procs processes); log in $d/e2e.log"
@@ -99,9 +105,9 @@ for col in "${columns[@]}"; do
 		>"$d/e2e.log" 2>&1
 	rc=$?
 	set -e
-	took[$col]=$((SECONDS - start))
-	log "$col: exit $rc after ${took[$col]} s"
-	[[ -f $d/junit_01.xml ]] || { log "$col: no junit report (tail of $d/e2e.log below)"; tail -30 "$d/e2e.log" >&2; failed=1; continue; }
+	echo $((SECONDS - start)) >"$d/took"
+	log "$col: exit $rc after $(cat "$d/took") s"
+	[[ -f $d/junit_01.xml ]] || { log "$col: no junit report (tail of $d/e2e.log below)"; tail -30 "$d/e2e.log" >&2; return 1; }
 	python3 - "$d/junit_01.xml" >"$d/results.tsv" <<'EOF'
 import sys, xml.etree.ElementTree as ET
 for tc in ET.parse(sys.argv[1]).getroot().iter("testcase"):
@@ -115,7 +121,27 @@ for tc in ET.parse(sys.argv[1]).getroot().iter("testcase"):
         status = "fail"
     print("%s\t%s\t%.0f" % (name[5:], status, float(tc.get("time", "0"))))
 EOF
-	if grep -qP '\tfail\t' "$d/results.tsv"; then failed=1; fi
+	if grep -qP '\tfail\t' "$d/results.tsv"; then return 1; fi
+}
+
+if [[ ${PARALLEL:-0} == 1 ]]; then
+	# Every column's cluster at once: each in its own namespace and run folder,
+	# the same host load for all of them (slower per spec than one at a time).
+	declare -A pid_of=()
+	for col in "${columns[@]}"; do
+		run_column "$col" &
+		pid_of[$col]=$!
+	done
+	for col in "${columns[@]}"; do
+		wait "${pid_of[$col]}" || failed=1
+	done
+else
+	for col in "${columns[@]}"; do
+		run_column "$col" || failed=1
+	done
+fi
+for col in "${columns[@]}"; do
+	took[$col]=$(cat "$out/$col/took" 2>/dev/null || echo '?')
 done
 
 {
@@ -124,7 +150,7 @@ done
 	echo
 	echo "- command: \`$cmd\`"
 	echo "- commit: $commit when the run started$(git -C "$repo" diff --quiet HEAD -- test/conformance 2>/dev/null || echo ' (test/conformance/ with uncommitted changes)'); our image kube-proxy-ipvs $proxy_version, built from a clean worktree of it (test/conformance/cluster/proxy-image.sh)"
-	echo "- date: $(date -u +%FT%TZ), took $((SECONDS - t0)) s"
+	echo "- date: $(date -u +%FT%TZ), took $((SECONDS - t0)) s$([[ ${PARALLEL:-0} == 1 ]] && echo ', the columns at the same time')"
 	echo "- focus: \`$focus\`; skipped: test/conformance/skip.txt (${#skips[@]} patterns, each with its reason)"
 	echo "- per column: $(for c in "${columns[@]}"; do printf '%s %s s; ' "$c" "${took[$c]:-?}"; done)"
 	echo

@@ -5,7 +5,8 @@
 #   pause.oci.tar    registry.k8s.io/pause:3.10.2: pause/main.go, static
 #   agnhost.oci.tar  registry.k8s.io/e2e-test-images/agnhost:2.66.1:
 #                    k8s.io/kubernetes v1.37.2's test/images/agnhost on Debian
-#                    (agnhost/Dockerfile's runtime stage, hack/image-rootfs.sh)
+#                    (agnhost/Dockerfile's runtime stage, hack/image-rootfs.sh),
+#                    with iperf 2.2.1 built from Debian trixie's source
 #   coredns.oci.tar  registry.k8s.io/coredns/coredns:v1.14.6: coredns/main.go
 #   kube-proxy.oci.tar  registry.k8s.io/kube-proxy:v1.37.2: upstream's kube-proxy
 #                    (DIR/bin/kube-proxy) in an image of our image's shape: the
@@ -92,8 +93,41 @@ entry=$(KPI_DOCKERFILE="$here/agnhost/Dockerfile" KPI_CACHE="$cache/conformance/
 	nice -n 10 "$root/hack/image-rootfs.sh")
 [[ $(cat "$entry/binary-path") == /agnhost ]] || die "agnhost/Dockerfile: COPY destination is not /agnhost"
 kmod=$(cd "$root/test/conformance/tools" && go list -m -f '{{.Dir}}' k8s.io/kubernetes)
+
+# iperf 2.2: "Networking IPerf2" parses the 17 CSV fields of iperf >= 2.2.0
+# (upstream's alpine image has 2.2); bookworm's iperf is 2.1.8 (9 fields). So
+# /usr/bin/iperf is built from Debian trixie's source of 2.2.1 (checked by its
+# SHA256) on this bookworm host, linked against the same glibc and libstdc++
+# as the image's bookworm, and cached. The apt package stays in the image for
+# its libraries and man page; the second layer's binary replaces its own.
+iperf_ver=2.2.1+dfsg
+iperf_sum=9cbbcb3c8489913871ad1855199a6c03e5d402837c9210b7baf7997aa064cd2c
+iperf=$cache/conformance/iperf-$iperf_ver/iperf
+if [[ ! -x $iperf ]]; then
+	start=$SECONDS
+	src=$work/iperf-src
+	mkdir -p "$src" "$(dirname "$iperf")"
+	curl -fsS --retry 3 -o "$src/orig.tar.xz" \
+		"${KPI_DEBIAN_MIRROR:-http://deb.debian.org/debian}/pool/main/i/iperf/iperf_$iperf_ver.orig.tar.xz" ||
+		die "downloading iperf $iperf_ver's source"
+	echo "$iperf_sum  $src/orig.tar.xz" | sha256sum -c --quiet - || die "iperf $iperf_ver's source: wrong SHA256"
+	tar -xJf "$src/orig.tar.xz" -C "$src" --strip-components=1
+	# Debian's repack drops src/service.c (Windows service code, all under
+	# #ifdef WIN32) but not its line in src/Makefile.am: an empty one builds.
+	[[ -f $src/src/service.c ]] || echo '/* Windows only */' >"$src/src/service.c"
+	(cd "$src" && ./configure --quiet >/dev/null && nice -n 10 make -s -j"$(nproc)" >/dev/null 2>&1) ||
+		die "building iperf $iperf_ver (gcc, g++, make)"
+	install -m 0755 "$src/src/iperf" "$iperf.tmp"
+	mv "$iperf.tmp" "$iperf"
+	log "built iperf $iperf_ver in $((SECONDS - start)) s"
+fi
+# It must run on the image's own libraries, not only the host's.
+lib=$entry/image/lib/x86_64-linux-gnu:$entry/image/usr/lib/x86_64-linux-gnu
+"$entry/image/lib64/ld-linux-x86-64.so.2" --library-path "$lib" "$iperf" -v 2>&1 | grep -q '^iperf version 2\.2\.' ||
+	die "iperf $iperf_ver does not run on the agnhost image's libraries"
+
 image agnhost "$agnhost_ref" -rootfs "$entry/image" \
-	-file "$work/agnhost=/agnhost" -link /agnhost-2=agnhost -dir /uploads \
+	-file "$work/agnhost=/agnhost" -file "$iperf=/usr/bin/iperf" -link /agnhost-2=agnhost -dir /uploads \
 	-file "$kmod/test/images/agnhost/porter/localhost.crt=/localhost.crt" \
 	-file "$kmod/test/images/agnhost/porter/localhost.key=/localhost.key" \
 	-entrypoint '["/agnhost"]' -cmd '["pause"]' \
