@@ -92,7 +92,10 @@ check() {
 	done
 }
 check || fail "the Service does not answer before the reboot"
-proxy_pod() { k -n kube-system get pods -l k8s-app=kube-proxy-ipvs --field-selector "spec.nodeName=$node" -o jsonpath='{.items[0].metadata.name}'; }
+# deploy/standalone labels its pods k8s-app=kube-proxy-ipvs; the kubeadm
+# installs (deploy/kubeadm, or kubeadm's addon with deploy/kubeadm-extras)
+# keep kubeadm's k8s-app=kube-proxy.
+proxy_pod() { k -n kube-system get pods -l 'k8s-app in (kube-proxy-ipvs,kube-proxy)' --field-selector "spec.nodeName=$node" -o jsonpath='{.items[0].metadata.name}'; }
 restarts() { k -n kube-system get pod "$(proxy_pod)" -o jsonpath='{.status.containerStatuses[0].restartCount}'; }
 before=$(restarts)
 boot_id=$(k get node "$node" -o jsonpath='{.status.nodeInfo.bootID}')
@@ -114,10 +117,10 @@ done
 log "$node Ready"
 # kube-proxy started again (a new container after the reboot) and ready.
 until [[ $(restarts) -gt $before && $(k -n kube-system get pod "$(proxy_pod)" -o jsonpath='{.status.containerStatuses[0].ready}') == true ]]; do
-	((SECONDS - t0 < 600)) || fail "kube-proxy-ipvs on $node not ready again within 600 s: $(k -n kube-system get pods -o wide | tr '\n' ' ')"
+	((SECONDS - t0 < 600)) || fail "kube-proxy on $node not ready again within 600 s: $(k -n kube-system get pods -o wide | tr '\n' ' ')"
 	sleep 2
 done
-log "kube-proxy-ipvs on $node ready again (restarts $before -> $(restarts))"
+log "kube-proxy ($(proxy_pod), ${KPI_CONF_PROXY:-standalone}) on $node ready again (restarts $before -> $(restarts))"
 until "$here/node-sh.sh" "$KPI_CONF_RUN" "$node" "ipvsadm -Ln -t $vip:80 && ip -4 addr show kube-ipvs0 | grep -qw $vip" >/dev/null 2>&1; do
 	((SECONDS - t0 < 600)) || fail "$node's IPVS has no virtual server $vip:80 within 600 s"
 	sleep 2
