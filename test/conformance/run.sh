@@ -5,6 +5,7 @@
 #
 #   test/conformance/run.sh
 #   FOCUS='Services should serve a basic endpoint' test/conformance/run.sh
+#   test/conformance/run.sh report [OUT]   # the page again from OUT/run.json
 #
 # Environment:
 #   FOCUS     ginkgo focus (default '\[sig-network\] (Services|Networking)')
@@ -26,10 +27,12 @@
 # reason); a skip list that would skip a [Conformance] test of the focus fails
 # the run before any cluster starts.
 #
-# Writes OUT/COLUMN/{e2e.log,junit_01.xml,results.tsv,cluster/} (cluster/: every
-# component's log, the nodes' consoles, the kube-system pods' logs, timings)
-# and OUT/results.md (the command, commit, date and one row per spec); with
-# neither FOCUS nor PROXIES set, docs/CONFORMANCE.md too. Exit 0 when no test
+# Writes OUT/COLUMN/{e2e.log,junit_01.xml,results.tsv,took,cluster/} (cluster/:
+# every component's log, the nodes' consoles, the kube-system pods' logs,
+# timings), OUT/run.json (the command, commit, date, focus, skip list) and
+# OUT/results.md (report.py: totals, differences, failures, skips with their
+# reasons, one row per spec); with neither FOCUS nor PROXIES set,
+# docs/CONFORMANCE.md too. Exit 0 when no test
 # failed in any column.
 set -euo pipefail
 # The whole script is one compound command: bash reads it all before running
@@ -39,6 +42,20 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 repo=$(cd "$here/../.." && pwd)
 log() { echo "[conformance] $*" >&2; }
 die() { log "FAIL: $*"; exit 1; }
+
+# run.sh report [OUT]: the page again from a finished run's folder.
+if [[ ${1:-} == report ]]; then
+	out=${2:-${KPI_CONF_OUT:-$repo/_output/conformance}}
+	[[ -f $out/run.json ]] || die "no $out/run.json: not a finished run's folder"
+	if python3 -c 'import json, sys; sys.exit(not json.load(open(sys.argv[1]))["record"])' "$out/run.json"; then
+		python3 "$here/report.py" "$out" --doc "$repo/docs/CONFORMANCE.md"
+		log "wrote $out/results.md and docs/CONFORMANCE.md"
+	else
+		python3 "$here/report.py" "$out"
+		log "wrote $out/results.md"
+	fi
+	exit 0
+fi
 
 focus=${FOCUS:-'\[sig-network\] (Services|Networking)'}
 procs=${PROCS:-3}
@@ -144,55 +161,38 @@ for col in "${columns[@]}"; do
 	took[$col]=$(cat "$out/$col/took" 2>/dev/null || echo '?')
 done
 
-{
-	echo "Upstream's e2e suite ($(basename "$e2e") v1.37.2, ginkgo $("$bin/ginkgo" version 2>/dev/null | awk '{print $NF}'), $procs processes) on the conformance cluster"
-	echo "(test/conformance/cluster/README.md), a fresh cluster per column."
-	echo
-	echo "- command: \`$cmd\`"
-	echo "- commit: $commit when the run started$(git -C "$repo" diff --quiet HEAD -- test/conformance 2>/dev/null || echo ' (test/conformance/ with uncommitted changes)'); our image kube-proxy-ipvs $proxy_version, built from a clean worktree of it (test/conformance/cluster/proxy-image.sh)"
-	echo "- date: $(date -u +%FT%TZ), took $((SECONDS - t0)) s$([[ ${PARALLEL:-0} == 1 ]] && echo ', the columns at the same time')"
-	echo "- focus: \`$focus\`; skipped: test/conformance/skip.txt (${#skips[@]} patterns, each with its reason)"
-	echo "- per column: $(for c in "${columns[@]}"; do printf '%s %s s; ' "$c" "${took[$c]:-?}"; done)"
-	echo
-	python3 - "$out" "$focus" "${columns[@]}" <<'EOF'
-import os, re, sys
-out, focus, cols = sys.argv[1], sys.argv[2], sys.argv[3:]
-rx = re.compile(focus)
-rows, tot = {}, {c: {"pass": 0, "fail": 0, "skip": 0} for c in cols}
-for c in cols:
-    p = os.path.join(out, c, "results.tsv")
-    if not os.path.exists(p):
-        continue
-    for line in open(p):
-        name, st, t = line.rstrip("\n").split("\t")
-        if not rx.search(name):
-            continue
-        rows.setdefault(name, {})[c] = (st, t)
-        tot[c][st] += 1
-print("| test | " + " | ".join(cols) + " |")
-print("| --- |" + " --- |" * len(cols))
-for name in sorted(rows):
-    cells = []
-    for c in cols:
-        st, t = rows[name].get(c, ("-", ""))
-        cells.append("%s %ss" % (st, t) if st != "skip" else "skip")
-    print("| %s | %s |" % (name.replace("|", "\\|"), " | ".join(cells)))
-print("| **total** | " + " | ".join("%d pass, %d fail, %d skip" % (tot[c]["pass"], tot[c]["fail"], tot[c]["skip"]) for c in cols) + " |")
-EOF
-} >"$out/results.md"
+# What the page needs to know of the run; report.py renders it (and
+# `run.sh report` renders it again from the same folder).
+record=0
+[[ -n ${FOCUS:-} || -n ${PROXIES:-} ]] || record=1
+commit_note=''
+git -C "$repo" diff --quiet HEAD -- test/conformance 2>/dev/null || commit_note=' (test/conformance/ with uncommitted changes)'
+per_column=$(for c in "${columns[@]}"; do printf '%s=%s\n' "$c" "${took[$c]}"; done)
+KPI_R_COMMAND=$cmd KPI_R_COMMIT=$commit KPI_R_COMMIT_NOTE=$commit_note KPI_R_PROXY_VERSION=$proxy_version \
+	KPI_R_TOOK=$((SECONDS - t0)) KPI_R_PARALLEL=${PARALLEL:-0} KPI_R_FOCUS=$focus KPI_R_PROCS=$procs \
+	KPI_R_E2E=$(basename "$e2e") KPI_R_GINKGO=$("$bin/ginkgo" version 2>/dev/null | awk '{print $NF}') \
+	KPI_R_SKIPS="$(grep -v '^#' "$here/skip.txt" | grep .)" KPI_R_COLUMNS="${columns[*]}" KPI_R_TOOK_PER_COLUMN=$per_column KPI_R_RECORD=$record \
+	python3 -c '
+import json, os, sys, time
+e = lambda k: os.environ["KPI_R_" + k]
+json.dump({
+    "command": e("COMMAND"), "commit": e("COMMIT"), "commit_note": e("COMMIT_NOTE"),
+    "proxy_version": e("PROXY_VERSION"), "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    "took": int(e("TOOK")), "parallel": e("PARALLEL") == "1", "focus": e("FOCUS"), "procs": e("PROCS"),
+    "e2e": e("E2E"), "ginkgo": e("GINKGO"), "skips": [l.split("  # ", 1) for l in e("SKIPS").splitlines()], "columns": e("COLUMNS").split(),
+    "took_per_column": dict(l.split("=", 1) for l in e("TOOK_PER_COLUMN").splitlines() if l),
+    "record": e("RECORD") == "1",
+}, open(sys.argv[1], "w"), indent=1)
+' "$out/run.json"
 # The whole suite in every column is the project's record.
-if [[ -z ${FOCUS:-} && -z ${PROXIES:-} ]]; then
-	{
-		echo "# Conformance: upstream's [sig-network] e2e suite"
-		echo
-		echo "Written by \`make conformance\` (test/conformance/run.sh); do not edit."
-		echo
-		cat "$out/results.md"
-	} >"$repo/docs/CONFORMANCE.md"
+if ((record)); then
+	python3 "$here/report.py" "$out" --doc "$repo/docs/CONFORMANCE.md"
 	log "wrote docs/CONFORMANCE.md"
+else
+	python3 "$here/report.py" "$out"
 fi
 log "table: $out/results.md"
-tail -1 "$out/results.md" >&2
+sed -n '/^## Totals/,/^## Where/p' "$out/results.md" | grep '^| [a-z]' >&2 || true
 exit "$failed"
 exit
 }
