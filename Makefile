@@ -63,7 +63,7 @@ demo: build
 # test`). FOCUS (a ginkgo regex) and PROXIES (columns) narrow it; the table is
 # _output/conformance/results.md.
 conformance:
-	FOCUS='$(FOCUS)' PROXIES='$(PROXIES)' PARALLEL='$(PARALLEL)' test/conformance/run.sh
+	FOCUS='$(FOCUS)' PROXIES='$(PROXIES)' PARALLEL='$(PARALLEL)' FAMILIES='$(FAMILIES)' test/conformance/run.sh
 
 # make test's conformance step: the specs of test/conformance/ci.txt (ClusterIP,
 # NodePort, session affinity, hairpin, cross-node) against ours-iptables on a fresh

@@ -1,22 +1,28 @@
 #!/usr/bin/env python3
-"""Renders the table of a `make conformance` run (test/conformance/run.sh).
+"""Renders the page of `make conformance` (test/conformance/run.sh).
 
     report.py OUT            writes OUT/results.md
-    report.py OUT --doc F    writes F too, with a heading (docs/CONFORMANCE.md)
+    report.py OUT --doc F    and F (docs/CONFORMANCE.md) when it is the record
 
-OUT/run.json holds what run.sh knew of the run (command, commit, date, focus,
-columns, ...); OUT/COLUMN/junit_01.xml is each column's ginkgo report. A
-column without a report is shown as "no report" (its cluster or suite did not
-finish). The page leads with the totals, then the specs whose result differs
-between columns, every failure's first line, every skip with its reason
-(skip.txt's patterns and the suite's own skip messages), and last the whole
-table.
+Every column folder of OUT (upstream-ipvs, ours-iptables, ours-nftables) with a
+run.json counts, whichever run wrote it: run.json says the column's command,
+commit, start, time, focus and skip list; junit_01.xml is its ginkgo report (a
+column without one, whose cluster or suite did not finish, shows "no report").
+The columns shown are those with the newest column's focus and address
+families; any other is named and left out. The page is the record, written to
+F, when all three columns ran the whole default focus and have a report.
+
+The page leads with the totals, then the specs whose result differs between
+columns, every failure's first line, every skip with its reason (skip.txt's
+patterns and the suite's own skip messages), and last the whole table.
 """
 import json
 import os
 import re
 import sys
 import xml.etree.ElementTree as ET
+
+COLUMNS = ["upstream-ipvs", "ours-iptables", "ours-nftables"]
 
 
 def read_column(path, focus):
@@ -52,48 +58,76 @@ def md(s):
     return s.replace("|", "\\|")
 
 
-def render(out, meta):
-    focus = re.compile(meta["focus"])
-    cols = meta["columns"]
+def load(out):
+    """(metas of the columns shown, names of those left out)."""
+    metas = {}
+    for c in COLUMNS:
+        p = os.path.join(out, c, "run.json")
+        if os.path.exists(p):
+            metas[c] = json.load(open(p))
+    if not metas:
+        raise SystemExit("report.py: no column folder with a run.json in %s" % out)
+    newest = max(metas.values(), key=lambda m: m["started"])
+    same = lambda m: (m["focus"], m.get("families", "ipv4")) == (newest["focus"], newest.get("families", "ipv4"))
+    shown = {c: m for c, m in metas.items() if same(m)}
+    return shown, [c for c in metas if c not in shown]
+
+
+def header(shown, left_out, skips):
+    first = next(iter(shown.values()))
+    w = []
+    w.append("Upstream's e2e suite (%s v1.37.2, ginkgo %s) on the conformance cluster"
+             % (first["e2e"], first.get("ginkgo", "?")))
+    w.append("(test/conformance/cluster/README.md: a control plane and two node VMs with kubelet,")
+    w.append("containerd and the CNI bridge plugin; %s), a fresh cluster per column."
+             % ("dual-stack, IPv4 first" if first.get("families") == "dual" else "IPv4"))
+    w.append("")
+    w.append("- focus: `%s`; skipped by the run: test/conformance/skip.txt (%d pattern%s, below)"
+             % (first["focus"], len(skips), "" if len(skips) == 1 else "s"))
+    w.append("- columns: upstream-ipvs is upstream kube-proxy v1.37.2 `--proxy-mode=ipvs` from kubeadm's")
+    w.append("  addon; ours-iptables and ours-nftables are our image with kubeadm's addon objects and")
+    w.append("  deploy/kubeadm-extras, `rulesBackend` iptables and nftables")
+    w.append("")
+    w.append("| column | command | commit (our image) | started | took | ginkgo processes |")
+    w.append("| --- | --- | --- | --- | --- | --- |")
+    for c, m in shown.items():
+        together = " (columns at the same time)" if m.get("parallel") else ""
+        w.append("| %s | `%s`%s | %s%s (%s) | %s | %s s | %s |" % (
+            c, m["command"], together, m["commit"], m.get("commit_note", ""), m.get("proxy_version", "?"),
+            m["started"], m["took"], m["procs"]))
+    if left_out:
+        w.append("")
+        w.append("Left out (run with another focus or address family): %s." % ", ".join(left_out))
+    w.append("")
+    return w
+
+
+def render(out):
+    shown, left_out = load(out)
+    first = next(iter(shown.values()))
+    focus = re.compile(first["focus"])
+    cols = list(shown)
     data = {}
     for c in cols:
         p = os.path.join(out, c, "junit_01.xml")
         data[c] = read_column(p, focus) if os.path.exists(p) else None
     names = sorted({n for d in data.values() if d for n in d})
-    skips = [tuple(x) for x in meta.get("skips", [])]
+    skips = [tuple(x) for x in first.get("skips", [])]
 
-    w = []
-    w.append("Upstream's e2e suite (%s v1.37.2, ginkgo %s, %s processes) on the conformance cluster"
-             % (meta["e2e"], meta.get("ginkgo", "?"), meta["procs"]))
-    w.append("(test/conformance/cluster/README.md: a control plane and two node VMs with kubelet,")
-    w.append("containerd and the CNI bridge plugin), a fresh cluster per column.")
-    w.append("")
-    w.append("- command: `%s`" % meta["command"])
-    w.append("- commit: %s when the run started%s; our image kube-proxy-ipvs %s"
-             % (meta["commit"], meta.get("commit_note", ""), meta.get("proxy_version", "?")))
-    w.append("- date: %s, took %s s%s" % (meta["date"], meta["took"],
-                                        ", the columns at the same time" if meta.get("parallel") else ""))
-    w.append("- focus: `%s`; skipped by the run: test/conformance/skip.txt (%d pattern%s, below)"
-             % (meta["focus"], len(skips), "" if len(skips) == 1 else "s"))
-    w.append("- columns: upstream-ipvs is upstream kube-proxy v1.37.2 `--proxy-mode=ipvs` from kubeadm's")
-    w.append("  addon; ours-iptables and ours-nftables are our image with kubeadm's addon objects and")
-    w.append("  deploy/kubeadm-extras, `rulesBackend` iptables and nftables")
-    w.append("")
-
+    w = header(shown, left_out, skips)
     w.append("## Totals")
     w.append("")
-    w.append("| column | pass | fail | skip | time |")
-    w.append("| --- | --- | --- | --- | --- |")
+    w.append("| column | pass | fail | skip |")
+    w.append("| --- | --- | --- | --- |")
     for c in cols:
         d = data[c]
-        took = meta.get("took_per_column", {}).get(c, "?")
         if d is None:
-            w.append("| %s | no report | | | %s s |" % (c, took))
+            w.append("| %s | no report | | |" % c)
             continue
         n = {"pass": 0, "fail": 0, "skip": 0}
         for st, _, _ in d.values():
             n[st] += 1
-        w.append("| %s | %d | %d | %d | %s s |" % (c, n["pass"], n["fail"], n["skip"], took))
+        w.append("| %s | %d | %d | %d |" % (c, n["pass"], n["fail"], n["skip"]))
     w.append("")
 
     def cell(c, name):
@@ -111,7 +145,7 @@ def render(out, meta):
     have = [c for c in cols if data[c] is not None]
     diff = [n for n in names if len({data[c].get(n, ("-",))[0] for c in have}) > 1]
     if not diff:
-        w.append("Every spec has the same result in every column.")
+        w.append("Every spec has the same result in every column with a report.")
     else:
         w.append("| spec | " + " | ".join(cols) + " |")
         w.append("| --- |" + " --- |" * len(cols))
@@ -121,7 +155,7 @@ def render(out, meta):
 
     w.append("## Failures")
     w.append("")
-    fails = [(c, n, d[n][2]) for c in cols for d in [data[c]] if d for n in sorted(d) if d[n][0] == "fail"]
+    fails = [(c, n, data[c][n][2]) for c in have for n in sorted(data[c]) if data[c][n][0] == "fail"]
     if not fails:
         w.append("None.")
     for c, n, msg in fails:
@@ -138,11 +172,9 @@ def render(out, meta):
     w.append("By the suite itself (its own skip message; the column(s) where it skipped):")
     w.append("")
     by_reason = {}
-    for c in cols:
-        for n, (st, _, msg) in sorted((data[c] or {}).items()):
-            if st != "skip":
-                continue
-            if any(re.search(rx, n) for rx, _ in skips):
+    for c in have:
+        for n, (st, _, msg) in sorted(data[c].items()):
+            if st != "skip" or any(re.search(rx, n) for rx, _ in skips):
                 continue
             by_reason.setdefault(msg or "(no message)", {}).setdefault(n, []).append(c)
     if not by_reason:
@@ -159,7 +191,9 @@ def render(out, meta):
     w.append("| --- |" + " --- |" * len(cols))
     for n in names:
         w.append("| %s | %s |" % (md(n), " | ".join(cell(c, n) for c in cols)))
-    return "\n".join(w) + "\n"
+    record = (len(shown) == len(COLUMNS) and all(m.get("record") for m in shown.values())
+              and all(data[c] is not None for c in cols))
+    return "\n".join(w) + "\n", record, first
 
 
 def main(argv):
@@ -167,15 +201,20 @@ def main(argv):
         sys.stderr.write("usage: report.py OUT [--doc FILE]\n")
         return 2
     out = argv[1]
-    meta = json.load(open(os.path.join(out, "run.json")))
-    page = render(out, meta)
+    page, record, first = render(out)
     with open(os.path.join(out, "results.md"), "w") as f:
         f.write(page)
     if len(argv) == 4:
+        if not record:
+            sys.stderr.write("[conformance] %s not written: not every column has a report of the whole focus in %s\n"
+                             % (argv[3], out))
+            return 0
         with open(argv[3], "w") as f:
-            f.write("# Conformance: upstream's [sig-network] e2e suite\n\n")
+            f.write("# Conformance: upstream's [sig-network] e2e suite%s\n\n"
+                    % (" on a dual-stack cluster" if first.get("families") == "dual" else ""))
             f.write("Written by `make conformance` (test/conformance/run.sh, report.py); do not edit.\n\n")
             f.write(page)
+        sys.stderr.write("[conformance] wrote %s\n" % argv[3])
     return 0
 
 

@@ -10,12 +10,17 @@ import (
 	"testing"
 )
 
-// TestReport renders testdata/report (two columns with junit reports, a third
-// without) and checks what the page says: totals per column, only the spec
-// whose result differs, the failure's first line, the skip list's reason and
-// the suite's own skip message with its columns, and a spec outside the focus
-// left out.
-func TestReport(t *testing.T) {
+const (
+	restartSpec = "[sig-network] Services should work after restarting kube-proxy [Disruptive]"
+	basicSpec   = "[sig-network] Services should serve a basic endpoint from pods [Conformance]"
+)
+
+// report copies testdata/report (three column folders: upstream-ipvs and
+// ours-iptables with junit reports, ours-nftables without), lets edit change
+// the copy, runs report.py with --doc and returns the folder, results.md and
+// the record page ("" when report.py did not write it).
+func report(t *testing.T, edit func(out string)) (string, string, string) {
+	t.Helper()
 	if _, err := exec.LookPath("python3"); err != nil {
 		t.Fatal("python3 is needed to render the conformance page (hack/install-deps.sh installs it)")
 	}
@@ -23,64 +28,119 @@ func TestReport(t *testing.T) {
 	if err := os.CopyFS(out, os.DirFS("testdata/report")); err != nil {
 		t.Fatal(err)
 	}
+	if edit != nil {
+		edit(out)
+	}
 	doc := filepath.Join(out, "CONFORMANCE.md")
-	cmd := exec.Command("python3", "report.py", out, "--doc", doc)
-	if b, err := cmd.CombinedOutput(); err != nil {
+	if b, err := exec.Command("python3", "report.py", out, "--doc", doc).CombinedOutput(); err != nil {
 		t.Fatalf("report.py: %v\n%s", err, b)
 	}
-	page, err := os.ReadFile(doc)
+	results, err := os.ReadFile(filepath.Join(out, "results.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	text := string(page)
-	section := func(name string) string {
-		_, after, ok := strings.Cut(text, "## "+name+"\n")
-		if !ok {
-			t.Fatalf("no section %q in:\n%s", name, text)
+	page, err := os.ReadFile(doc)
+	if err != nil && !os.IsNotExist(err) {
+		t.Fatal(err)
+	}
+	return out, string(results), string(page)
+}
+
+// section returns the body of "## name" in text.
+func section(t *testing.T, text, name string) string {
+	t.Helper()
+	_, after, ok := strings.Cut(text, "## "+name+"\n")
+	if !ok {
+		t.Fatalf("no section %q in:\n%s", name, text)
+	}
+	body, _, _ := strings.Cut(after, "\n## ")
+	return body
+}
+
+func wantIn(t *testing.T, what, text string, wants ...string) {
+	t.Helper()
+	for _, w := range wants {
+		if !strings.Contains(text, w) {
+			t.Errorf("%s lacks %q:\n%s", what, w, text)
 		}
-		body, _, _ := strings.Cut(after, "\n## ")
-		return body
 	}
-	const (
-		restart = "[sig-network] Services should work after restarting kube-proxy [Disruptive]"
-		basic   = "[sig-network] Services should serve a basic endpoint from pods [Conformance]"
-	)
-	for _, want := range []string{
-		"| upstream-ipvs | 1 | 1 | 2 | 3900 s |",
-		"| ours-iptables | 2 | 0 | 2 | 3800 s |",
-		"| ours-nftables | no report | | | ? s |",
-	} {
-		if !strings.Contains(section("Totals"), want) {
-			t.Errorf("Totals lacks %q:\n%s", want, section("Totals"))
-		}
+}
+
+// TestReportColumnWithoutReport: ours-nftables ran (run.json) but has no
+// junit report. The page says so, compares only the two other columns (the
+// restart spec, failed upstream and passed ours, is the one difference), lists
+// the failure's first line, the skip list's reason and the suite's own skip
+// message with its columns, leaves out a spec outside the focus, and is not
+// the record.
+func TestReportColumnWithoutReport(t *testing.T) {
+	_, text, page := report(t, nil)
+	if page != "" {
+		t.Errorf("the record was written though ours-nftables has no report:\n%s", page)
 	}
-	differ := section("Where the columns differ")
-	if !strings.Contains(differ, "| "+restart+" | fail 300s | pass 120s | no report |") || strings.Contains(differ, basic) {
-		t.Errorf("differences: want only the restart spec (fail upstream, pass ours):\n%s", differ)
+	wantIn(t, "the column table", text,
+		"| upstream-ipvs | `make conformance PARALLEL=1` (columns at the same time) | abc1234 (v0.0.0-1-gabc1234) | 2026-12-06T17:00:00Z | 3900 s | 3 |")
+	wantIn(t, "Totals", section(t, text, "Totals"),
+		"| upstream-ipvs | 1 | 1 | 2 |", "| ours-iptables | 2 | 0 | 2 |", "| ours-nftables | no report | | |")
+	differ := section(t, text, "Where the columns differ")
+	wantIn(t, "differences", differ, "| "+restartSpec+" | fail 300s | pass 120s | no report |")
+	if strings.Contains(differ, basicSpec) {
+		t.Errorf("a spec passed in both columns with a report is listed as a difference:\n%s", differ)
 	}
-	if want := "- upstream-ipvs, " + restart + ": [FAILED] service web \\| not reachable after restart\n"; !strings.Contains(section("Failures"), want) {
-		t.Errorf("Failures lacks %q:\n%s", want, section("Failures"))
-	}
-	skips := section("Skipped, and why")
-	for _, want := range []string{
+	wantIn(t, "Failures", section(t, text, "Failures"),
+		"- upstream-ipvs, "+restartSpec+": [FAILED] service web \\| not reachable after restart\n")
+	skips := section(t, text, "Skipped, and why")
+	wantIn(t, "skips", skips,
 		"- `Internet connection`: the cluster has no route to the Internet",
-		"- Only supported for providers [gce] (not skeleton)\n  - [sig-network] Services should be rejected for evicted pods [Provider:gce] (upstream-ipvs, ours-iptables)",
-	} {
-		if !strings.Contains(skips, want) {
-			t.Errorf("skips lack %q:\n%s", want, skips)
-		}
-	}
+		"- Only supported for providers [gce] (not skeleton)\n  - [sig-network] Services should be rejected for evicted pods [Provider:gce] (upstream-ipvs, ours-iptables)")
 	if strings.Contains(skips, "Internet connection for containers") {
 		t.Errorf("a spec skipped by skip.txt is listed again under the suite's own skips:\n%s", skips)
 	}
 	if strings.Contains(text, "sig-apps") {
 		t.Errorf("a spec outside the focus is on the page")
 	}
-	if !strings.HasPrefix(text, "# Conformance") || !strings.Contains(text, "- command: `make conformance`") {
-		t.Errorf("the page's heading or command line is missing:\n%s", text[:200])
+}
+
+// TestReportRecord: with a report in every column the page is the record,
+// written with its heading; results.md is the same page without it.
+func TestReportRecord(t *testing.T) {
+	_, text, page := report(t, func(out string) {
+		b, err := os.ReadFile(filepath.Join(out, "ours-iptables", "junit_01.xml"))
+		if err == nil {
+			err = os.WriteFile(filepath.Join(out, "ours-nftables", "junit_01.xml"), b, 0o644)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	})
+	if !strings.HasPrefix(page, "# Conformance: upstream's [sig-network] e2e suite\n") || !strings.HasSuffix(page, text) {
+		t.Fatalf("the record is not the heading and results.md:\n%s", page)
 	}
-	results, err := os.ReadFile(filepath.Join(out, "results.md"))
-	if err != nil || !strings.HasSuffix(text, string(results)) {
-		t.Errorf("OUT/results.md is not the page without its heading (err %v)", err)
+	wantIn(t, "Totals", section(t, text, "Totals"), "| ours-nftables | 2 | 0 | 2 |")
+	wantIn(t, "differences", section(t, text, "Where the columns differ"), "| "+restartSpec+" | fail 300s | pass 120s | pass 120s |")
+}
+
+// TestReportOtherFocus: a later run of one column with another focus shows
+// that column alone and names the others as left out; not the record.
+func TestReportOtherFocus(t *testing.T) {
+	_, text, page := report(t, func(out string) {
+		p := filepath.Join(out, "ours-nftables", "run.json")
+		b, err := os.ReadFile(p)
+		if err == nil {
+			s := strings.Replace(string(b), `(Services|Networking)"`, `Services should serve a basic endpoint"`, 1)
+			s = strings.Replace(s, `"record": true`, `"record": false`, 1)
+			s = strings.Replace(s, `"started": "2026-12-06T17:00:02Z"`, `"started": "2026-12-07T09:00:00Z"`, 1)
+			err = os.WriteFile(p, []byte(s), 0o644)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	})
+	if page != "" {
+		t.Errorf("a one-column run of another focus was written as the record")
+	}
+	wantIn(t, "the page", text, "Left out (run with another focus or address family): upstream-ipvs, ours-iptables.",
+		"| ours-nftables | no report | | |")
+	if strings.Contains(section(t, text, "Totals"), "upstream-ipvs") {
+		t.Errorf("a column of another focus is in the totals:\n%s", section(t, text, "Totals"))
 	}
 }

@@ -5,7 +5,7 @@
 #
 #   test/conformance/run.sh
 #   FOCUS='Services should serve a basic endpoint' test/conformance/run.sh
-#   test/conformance/run.sh report [OUT]   # the page again from OUT/run.json
+#   test/conformance/run.sh report [OUT]   # the page again from OUT's column folders
 #
 # Environment:
 #   FOCUS     ginkgo focus (default '\[sig-network\] (Services|Networking)')
@@ -18,6 +18,9 @@
 #             ours-nftables  the same with rulesBackend nftables
 #   PROCS     ginkgo parallel processes (default 3)
 #   PARALLEL  1: every column's cluster at once (default: one after another)
+#   FAMILIES  ipv4 (default) or dual: dual-stack clusters (KPI_CONF_FAMILIES of
+#             cluster/up.sh); the default focus is then upstream's
+#             [Feature:IPv6DualStack] specs and the record docs/CONFORMANCE-DUALSTACK.md
 #   KPI_CONF_OUT  results folder (default _output/conformance)
 #   KPI_CONF_BUILD  what build.sh builds: all (default), or ci (test/conformance/ci.sh:
 #             e2e-network.test and images-ci; KPI_CONF_E2E and KPI_CONF_IMAGES_DIR
@@ -27,12 +30,13 @@
 # reason); a skip list that would skip a [Conformance] test of the focus fails
 # the run before any cluster starts.
 #
-# Writes OUT/COLUMN/{e2e.log,junit_01.xml,results.tsv,took,cluster/} (cluster/:
-# every component's log, the nodes' consoles, the kube-system pods' logs,
-# timings), OUT/run.json (the command, commit, date, focus, skip list) and
-# OUT/results.md (report.py: totals, differences, failures, skips with their
-# reasons, one row per spec); with neither FOCUS nor PROXIES set,
-# docs/CONFORMANCE.md too. Exit 0 when no test
+# Writes OUT/COLUMN/{e2e.log,junit_01.xml,results.tsv,took,run.json,cluster/}
+# (cluster/: every component's log, the nodes' consoles, the kube-system pods'
+# logs, timings; run.json: the column's command, commit, date, focus, skip
+# list) and OUT/results.md (report.py: totals, differences, failures, skips
+# with their reasons, one row per spec) from every column folder in OUT, this
+# run's and earlier ones'. Without FOCUS, once the three columns have run the
+# whole focus (in one run or several), docs/CONFORMANCE.md too. Exit 0 when no test
 # failed in any column.
 set -euo pipefail
 # The whole script is one compound command: bash reads it all before running
@@ -46,18 +50,24 @@ die() { log "FAIL: $*"; exit 1; }
 # run.sh report [OUT]: the page again from a finished run's folder.
 if [[ ${1:-} == report ]]; then
 	out=${2:-${KPI_CONF_OUT:-$repo/_output/conformance}}
-	[[ -f $out/run.json ]] || die "no $out/run.json: not a finished run's folder"
-	if python3 -c 'import json, sys; sys.exit(not json.load(open(sys.argv[1]))["record"])' "$out/run.json"; then
-		python3 "$here/report.py" "$out" --doc "$repo/docs/CONFORMANCE.md"
-		log "wrote $out/results.md and docs/CONFORMANCE.md"
-	else
-		python3 "$here/report.py" "$out"
-		log "wrote $out/results.md"
-	fi
+	ls "$out"/*/run.json >/dev/null 2>&1 || die "no $out/COLUMN/run.json: no finished column in $out"
+	doc=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["doc"])' "$(ls "$out"/*/run.json | head -1)")
+	python3 "$here/report.py" "$out" --doc "$repo/$doc"
 	exit 0
 fi
 
-focus=${FOCUS:-'\[sig-network\] (Services|Networking)'}
+families=${FAMILIES:-ipv4}
+case $families in
+ipv4)
+	focus=${FOCUS:-'\[sig-network\] (Services|Networking)'}
+	doc=docs/CONFORMANCE.md
+	;;
+dual)
+	focus=${FOCUS:-'\[Feature:IPv6DualStack\]'}
+	doc=docs/CONFORMANCE-DUALSTACK.md
+	;;
+*) die "FAMILIES=$families: want ipv4 or dual" ;;
+esac
 procs=${PROCS:-3}
 out=${KPI_CONF_OUT:-$repo/_output/conformance}
 IFS=, read -r -a columns <<<"${PROXIES:-upstream-ipvs,ours-iptables,ours-nftables}"
@@ -96,9 +106,8 @@ log "focus: $focus; $all [Conformance] specs in it, none skipped; ${#skips[@]} s
 IFS=$'\t' read -r proxy_archive proxy_version < <("$here/cluster/proxy-image.sh")
 commit=$(git -C "$repo" rev-parse --short HEAD)
 mkdir -p "$out"
-failed=0 t0=$SECONDS
-declare -A took=()
-cmd="make conformance${FOCUS:+ FOCUS='$FOCUS'}${PROXIES:+ PROXIES=$PROXIES}${PARALLEL:+ PARALLEL=$PARALLEL}"
+failed=0
+cmd="make conformance${FOCUS:+ FOCUS='$FOCUS'}${PROXIES:+ PROXIES=$PROXIES}${PARALLEL:+ PARALLEL=$PARALLEL}${FAMILIES:+ FAMILIES=$FAMILIES}"
 for col in "${columns[@]}"; do
 	case $col in
 	ours-iptables | ours-nftables | upstream-ipvs) ;;
@@ -106,16 +115,40 @@ for col in "${columns[@]}"; do
 	esac
 done
 
+# write_meta COLUMN SECONDS STARTED: OUT/COLUMN/run.json, what report.py says
+# of the column (a column's folder may outlive the run: the page shows each
+# column's own commit, date and command).
+commit_note=''
+git -C "$repo" diff --quiet HEAD -- test/conformance 2>/dev/null || commit_note=' (test/conformance/ with uncommitted changes)'
+ginkgo_version=$("$bin/ginkgo" version 2>/dev/null | awk '{print $NF}')
+write_meta() {
+	KPI_R_COLUMN=$1 KPI_R_TOOK=$2 KPI_R_STARTED=$3 KPI_R_COMMAND=$cmd KPI_R_COMMIT=$commit KPI_R_COMMIT_NOTE=$commit_note \
+		KPI_R_PROXY_VERSION=$proxy_version KPI_R_PARALLEL=${PARALLEL:-0} KPI_R_FOCUS=$focus KPI_R_PROCS=$procs \
+		KPI_R_E2E=$(basename "$e2e") KPI_R_GINKGO=$ginkgo_version KPI_R_FAMILIES=$families KPI_R_DOC=$doc \
+		KPI_R_RECORD=$([[ -z ${FOCUS:-} ]] && echo 1 || echo 0) KPI_R_SKIPS="$(grep -v '^#' "$here/skip.txt" | grep .)" \
+		python3 -c '
+import json, os, sys
+e = lambda k: os.environ["KPI_R_" + k]
+json.dump({
+    "column": e("COLUMN"), "command": e("COMMAND"), "commit": e("COMMIT"), "commit_note": e("COMMIT_NOTE"),
+    "proxy_version": e("PROXY_VERSION"), "started": e("STARTED"), "took": int(e("TOOK")),
+    "parallel": e("PARALLEL") == "1", "focus": e("FOCUS"), "procs": e("PROCS"), "e2e": e("E2E"),
+    "ginkgo": e("GINKGO"), "families": e("FAMILIES"), "doc": e("DOC"), "record": e("RECORD") == "1",
+    "skips": [l.split("  # ", 1) for l in e("SKIPS").splitlines()],
+}, open(sys.argv[1], "w"), indent=1)
+' "$out/$1/run.json"
+}
+
 # run_column COLUMN: a fresh cluster with that kube-proxy, the suite against it;
 # writes OUT/COLUMN/{e2e.log,junit_01.xml,results.tsv,took,cluster/}.
 run_column() {
-	local col=$1 proxy=$1 d=$out/$1 start rc
+	local col=$1 proxy=$1 d=$out/$1 start started rc
 	rm -rf "$d"
 	mkdir -p "$d"
 	log "$col: a fresh cluster, then $(basename "$e2e") ($procs processes); log in $d/e2e.log"
-	start=$SECONDS
+	start=$SECONDS started=$(date -u +%FT%TZ)
 	set +e
-	KPI_CONF_PROXY=$proxy KPI_CONF_BUILD_DIR=$build KPI_CONF_PROXY_ARCHIVE=$proxy_archive KPI_CONF_LOGS_DIR=$d/cluster \
+	KPI_CONF_FAMILIES=$families KPI_CONF_PROXY=$proxy KPI_CONF_BUILD_DIR=$build KPI_CONF_PROXY_ARCHIVE=$proxy_archive KPI_CONF_LOGS_DIR=$d/cluster \
 		"$here/cluster/up.sh" "$bin/ginkgo" --procs="$procs" --no-color --timeout=4h \
 		--focus="$focus" ${skip:+--skip="$skip"} "$e2e" -- \
 		--provider=skeleton --num-nodes="${KPI_CONF_NODES:-2}" --kubectl-path="$bin/kubectl" --report-dir="$d" --disable-log-dump \
@@ -124,6 +157,7 @@ run_column() {
 	set -e
 	echo $((SECONDS - start)) >"$d/took"
 	log "$col: exit $rc after $(cat "$d/took") s"
+	write_meta "$col" "$((SECONDS - start))" "$started"
 	[[ -f $d/junit_01.xml ]] || { log "$col: no junit report (tail of $d/e2e.log below)"; tail -30 "$d/e2e.log" >&2; return 1; }
 	python3 - "$d/junit_01.xml" >"$d/results.tsv" <<'EOF'
 import sys, xml.etree.ElementTree as ET
@@ -157,37 +191,11 @@ else
 		run_column "$col" || failed=1
 	done
 fi
-for col in "${columns[@]}"; do
-	took[$col]=$(cat "$out/$col/took" 2>/dev/null || echo '?')
-done
-
-# What the page needs to know of the run; report.py renders it (and
-# `run.sh report` renders it again from the same folder).
-record=0
-[[ -n ${FOCUS:-} || -n ${PROXIES:-} ]] || record=1
-commit_note=''
-git -C "$repo" diff --quiet HEAD -- test/conformance 2>/dev/null || commit_note=' (test/conformance/ with uncommitted changes)'
-per_column=$(for c in "${columns[@]}"; do printf '%s=%s\n' "$c" "${took[$c]}"; done)
-KPI_R_COMMAND=$cmd KPI_R_COMMIT=$commit KPI_R_COMMIT_NOTE=$commit_note KPI_R_PROXY_VERSION=$proxy_version \
-	KPI_R_TOOK=$((SECONDS - t0)) KPI_R_PARALLEL=${PARALLEL:-0} KPI_R_FOCUS=$focus KPI_R_PROCS=$procs \
-	KPI_R_E2E=$(basename "$e2e") KPI_R_GINKGO=$("$bin/ginkgo" version 2>/dev/null | awk '{print $NF}') \
-	KPI_R_SKIPS="$(grep -v '^#' "$here/skip.txt" | grep .)" KPI_R_COLUMNS="${columns[*]}" KPI_R_TOOK_PER_COLUMN=$per_column KPI_R_RECORD=$record \
-	python3 -c '
-import json, os, sys, time
-e = lambda k: os.environ["KPI_R_" + k]
-json.dump({
-    "command": e("COMMAND"), "commit": e("COMMIT"), "commit_note": e("COMMIT_NOTE"),
-    "proxy_version": e("PROXY_VERSION"), "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-    "took": int(e("TOOK")), "parallel": e("PARALLEL") == "1", "focus": e("FOCUS"), "procs": e("PROCS"),
-    "e2e": e("E2E"), "ginkgo": e("GINKGO"), "skips": [l.split("  # ", 1) for l in e("SKIPS").splitlines()], "columns": e("COLUMNS").split(),
-    "took_per_column": dict(l.split("=", 1) for l in e("TOOK_PER_COLUMN").splitlines() if l),
-    "record": e("RECORD") == "1",
-}, open(sys.argv[1], "w"), indent=1)
-' "$out/run.json"
-# The whole suite in every column is the project's record.
-if ((record)); then
-	python3 "$here/report.py" "$out" --doc "$repo/docs/CONFORMANCE.md"
-	log "wrote docs/CONFORMANCE.md"
+# The page: report.py renders every column folder of OUT, this run's and any
+# left by earlier runs (each says its own commit, date and command).
+if [[ -z ${FOCUS:-} ]]; then
+	# The record when all three columns ran the whole focus.
+	python3 "$here/report.py" "$out" --doc "$repo/$doc"
 else
 	python3 "$here/report.py" "$out"
 fi

@@ -23,6 +23,8 @@
 #                         ours-nftables  the same with rulesBackend: nftables
 #                         upstream-ipvs  kubeadm's addon as rendered, upstream kube-proxy v1.37.2
 #                         none
+#   KPI_CONF_FAMILIES     ipv4 (default) or dual: dual-stack nodes, pods and Service
+#                         ranges (IPv4 first), for upstream's [Feature:IPv6DualStack] specs
 #   KPI_CONF_DNS          coredns (default: coredns.yaml, the kube-dns Service 10.96.0.10) or none
 #   KPI_CONF_APISERVER_NAME  the name kube-proxy's apiServer uses (default
 #                         kpi-apiserver, in every node's /etc/hosts); "ip" puts the address
@@ -54,6 +56,18 @@ gw=10.10.0.1
 apiserver_name=${KPI_CONF_APISERVER_NAME:-kpi-apiserver}
 service_cidr=10.96.0.0/16
 cluster_cidr=10.244.0.0/16
+# Dual-stack: the same layout in IPv6, IPv4 first (the primary family).
+families=${KPI_CONF_FAMILIES:-ipv4}
+gw6=''
+case $families in
+ipv4) ;;
+dual)
+	gw6=fd00:10::1
+	service_cidr+=,fd00:96::/112
+	cluster_cidr+=,fd00:244::/48
+	;;
+*) die "KPI_CONF_FAMILIES=$families: want ipv4 or dual" ;;
+esac
 
 # ---- what the cluster is made of (all cached) ----
 build=${KPI_CONF_BUILD_DIR:-$("$repo/test/conformance/build.sh" bin)}
@@ -141,10 +155,11 @@ start() {
 k() { inns "$kubectl" --kubeconfig "$run/pki/admin.kubeconfig" "$@"; }
 
 # ---- network: a bridge in our namespace, one tap per node ----
-names=() ips=()
+names=() ips=() ips6=()
 for i in $(seq "$nodes"); do
 	names+=("node$i")
 	ips+=("10.10.0.$((10 + i))")
+	[[ -z $gw6 ]] || ips6+=("fd00:10::$((10 + i))")
 done
 ip netns add "$ns"
 inns ip link set lo up
@@ -160,6 +175,13 @@ for i in $(seq "$nodes"); do
 	inns ip route add "10.244.$i.0/24" via "${ips[i - 1]}"
 done
 log "namespace $ns: br0 $gw/24, nodes ${ips[*]}, pods 10.244.N.0/24 on nodeN"
+if [[ -n $gw6 ]]; then
+	inns ip -6 addr add "$gw6/64" dev br0 nodad
+	for i in $(seq "$nodes"); do
+		inns ip -6 route add "fd00:244:$i::/64" via "${ips6[i - 1]}"
+	done
+	log "dual-stack: br0 also $gw6/64, nodes ${ips6[*]}, pods fd00:244:N::/64 on nodeN, Services $service_cidr"
+fi
 
 # ---- PKI ----
 sans="IP:$gw,IP:10.96.0.1,IP:127.0.0.1,DNS:$apiserver_name,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local"
@@ -250,14 +272,17 @@ evictionHard:
 imageGCHighThresholdPercent: 98
 imageGCLowThresholdPercent: 95
 EOF
-	routes=''
+	routes='' node_ips=$ip
 	for j in $(seq "$nodes"); do
 		((j == i)) || routes+="10.244.$j.0/24@${ips[j - 1]} "
+		[[ -z $gw6 ]] || ((j == i)) || routes+="fd00:244:$j::/64@${ips6[j - 1]} "
 	done
+	[[ -z $gw6 ]] || node_ips+=,${ips6[i - 1]}
 	{
 		printf 'NODE_NAME=%q\nNODE_IP=%q\nGATEWAY=%q\nPOD_CIDR=%q\nPOD_ROUTES=%q\n' "$n" "$ip/24" "$gw" "10.244.$i.0/24" "$routes"
+		[[ -z $gw6 ]] || printf 'NODE_IP6=%q\nGATEWAY6=%q\nPOD_CIDR6=%q\n' "${ips6[i - 1]}/64" "$gw6" "fd00:244:$i::/64"
 		printf 'HOSTS=%q\nSANDBOX_IMAGE=%q\nIMAGE_NAMES=%q\n' "$hosts" "$pause_ref" "${image_names[*]}"
-		printf 'KUBELET_ARGS=%q\n' "--config=/kpi/kubelet-config.yaml --kubeconfig=/kpi/kubelet.kubeconfig --node-ip=$ip --hostname-override=$n --v=2"
+		printf 'KUBELET_ARGS=%q\n' "--config=/kpi/kubelet-config.yaml --kubeconfig=/kpi/kubelet.kubeconfig --node-ip=$node_ips --hostname-override=$n --v=2"
 	} >"$share/node.env"
 	# The node's own disk: a sparse copy (2 s), kept across a power cycle.
 	cp --sparse=always "$node_disk" "$run/$n.img"
@@ -281,6 +306,7 @@ log "booting ${names[*]} ($(awk '{print $2}' <<<"$accel" | cut -d, -f1), ${KPI_C
 	printf 'export KUBECONFIG=%q\nexport KPI_CONF_RUN=%q\nexport KPI_CONF_NS=%q\nexport KPI_CONF_NODES=%q\n' \
 		"$p/admin.kubeconfig" "$run" "$ns" "$nodes"
 	printf 'export KPI_CONF_NODE_NAMES=%q\nexport KPI_CONF_NODE_IPS=%q\nexport KPI_CONF_KUBECTL=%q\n' "${names[*]}" "${ips[*]}" "$kubectl"
+	printf 'export KPI_CONF_FAMILIES=%q\nexport KPI_CONF_NODE_IPS6=%q\n' "$families" "${ips6[*]}"
 	printf 'export KPI_CONF_BUILD_DIR=%q\nexport KPI_CONF_IMAGES_DIR=%q\nexport KPI_CONF_PROXY_IMAGE=%q\n' "$build" "$images" "$proxy_ref"
 } >"$run/env"
 
@@ -301,7 +327,9 @@ while ((${#ready[@]} < nodes)); do
 		if [[ -z ${registered[$n]:-} ]] && k get node "$n" >/dev/null 2>&1; then
 			# Static pod ranges, one per node, as the CNI config and the
 			# host-gw routes already use them.
-			k patch node "$n" --type merge -p "{\"spec\":{\"podCIDR\":\"10.244.$i.0/24\",\"podCIDRs\":[\"10.244.$i.0/24\"]}}" >/dev/null
+			cidrs="\"10.244.$i.0/24\""
+			[[ -z $gw6 ]] || cidrs+=",\"fd00:244:$i::/64\""
+			k patch node "$n" --type merge -p "{\"spec\":{\"podCIDR\":\"10.244.$i.0/24\",\"podCIDRs\":[$cidrs]}}" >/dev/null
 			registered[$n]=$((SECONDS - boot))
 			log "$n registered ${registered[$n]} s after qemu started"
 		fi
@@ -378,8 +406,12 @@ upstream-ipvs | ours-iptables | ours-nftables)
 	# DaemonSet with upstream's image, or deploy/kubeadm-extras (kubeadm's
 	# DaemonSet, our image and our settings) with the image set and, for
 	# nftables, rulesBackend edited as its comment says.
-	edited "$repo/deploy/testdata/kubeadm-v1.37.2-addon-kube-proxy.yaml" "$run/kubeadm-addon.yaml" 1 \
-		-e "s|^\(        server: \)https://10.0.2.100:6443\$|\1$server|"
+	# A dual-stack cluster: clusterCIDR as kubeadm renders a dual podSubnet.
+	want=1
+	[[ -z $gw6 ]] || want=2
+	edited "$repo/deploy/testdata/kubeadm-v1.37.2-addon-kube-proxy.yaml" "$run/kubeadm-addon.yaml" "$want" \
+		-e "s|^\(        server: \)https://10.0.2.100:6443\$|\1$server|" \
+		-e "s|^\(    clusterCIDR: \)10.244.0.0/16\$|\1$cluster_cidr|"
 	python3 - "$run/kubeadm-addon.yaml" >"$run/kubeadm-addon-objects.yaml" <<'PY'
 import sys
 docs = open(sys.argv[1]).read().split("\n---\n")
