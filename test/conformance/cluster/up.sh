@@ -106,7 +106,9 @@ node_disk=$("$here/build-node.sh" --preload "${preload[@]}")
 pids=()
 cleanup() {
 	local rc=$? p
-	trap - EXIT INT TERM
+	# A second signal must not cut the teardown short (VMs and the namespace would stay).
+	trap - EXIT
+	trap "" INT TERM
 	log "tearing down (exit $rc)"
 	if [[ -n ${KPI_CONF_LOGS_DIR:-} && -f $run/pki/admin.kubeconfig ]]; then
 		# What ran in kube-system (kube-proxy, CoreDNS), while the cluster still answers.
