@@ -1,11 +1,13 @@
 #!/usr/bin/env python3
 """Renders the page of `make conformance` (test/conformance/run.sh).
 
-    report.py OUT            writes OUT/results.md
-    report.py OUT --doc F    and F (docs/CONFORMANCE.md) when it is the record
+    report.py OUT                        writes OUT/results.md
+    report.py OUT --doc F                and F (docs/CONFORMANCE.md) when it is the record
+    report.py --export OUT/COLUMN FILE   the column as one JSON file (docs/conformance/)
 
-Every column folder of OUT (upstream-ipvs, ours-iptables, ours-nftables) with a
-run.json counts, whichever run wrote it: run.json says the column's command,
+Every column of OUT (upstream-ipvs, ours-iptables, ours-nftables) counts,
+whichever run wrote it: a folder with run.json, or an exported COLUMN.json (how
+the record's columns are kept in the repository, docs/conformance/). In a folder, run.json says the column's command,
 commit, start, time, focus and skip list; junit_01.xml is its ginkgo report (a
 column without one, whose cluster or suite did not finish, shows "no report").
 The columns shown are those with the newest column's focus and address
@@ -58,23 +60,52 @@ def md(s):
     return s.replace("|", "\\|")
 
 
+def column(out, c):
+    """(meta, specs or None) of column c in out: a column folder (run.json and
+    junit_01.xml, as run.sh leaves it) or an exported COLUMN.json (the record
+    kept in the repository); (None, None) when out has neither."""
+    p = os.path.join(out, c + ".json")
+    if os.path.exists(p):
+        rec = json.load(open(p))
+        return rec["meta"], {n: tuple(v) for n, v in rec["specs"].items()}
+    p = os.path.join(out, c, "run.json")
+    if not os.path.exists(p):
+        return None, None
+    meta = json.load(open(p))
+    junit = os.path.join(out, c, "junit_01.xml")
+    specs = read_column(junit, re.compile(meta["focus"])) if os.path.exists(junit) else None
+    return meta, specs
+
+
 def load(out):
-    """(metas of the columns shown, names of those left out)."""
-    metas = {}
+    """({column: (meta, specs)} shown, names of those left out)."""
+    found = {}
     for c in COLUMNS:
-        p = os.path.join(out, c, "run.json")
-        if os.path.exists(p):
-            metas[c] = json.load(open(p))
-    if not metas:
-        raise SystemExit("report.py: no column folder with a run.json in %s" % out)
-    newest = max(metas.values(), key=lambda m: m["started"])
-    same = lambda m: (m["focus"], m.get("families", "ipv4")) == (newest["focus"], newest.get("families", "ipv4"))
-    shown = {c: m for c, m in metas.items() if same(m)}
-    return shown, [c for c in metas if c not in shown]
+        meta, specs = column(out, c)
+        if meta is not None:
+            found[c] = (meta, specs)
+    if not found:
+        raise SystemExit("report.py: no column (a folder with run.json, or COLUMN.json) in %s" % out)
+    newest = max((m for m, _ in found.values()), key=lambda m: m["started"])
+    key = lambda m: (m["focus"], m.get("families", "ipv4"))
+    shown = {c: v for c, v in found.items() if key(v[0]) == key(newest)}
+    return shown, [c for c in found if c not in shown]
+
+
+def export(coldir, path):
+    """Writes column folder coldir (run.json, junit_01.xml) as one JSON file."""
+    c = os.path.basename(os.path.normpath(coldir))
+    meta, specs = column(os.path.dirname(os.path.normpath(coldir)), c)
+    if meta is None or specs is None:
+        raise SystemExit("report.py: %s has no run.json or no junit_01.xml" % coldir)
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    with open(path, "w") as f:
+        json.dump({"meta": meta, "specs": {n: list(v) for n, v in sorted(specs.items())}}, f, indent=0)
+        f.write("\n")
 
 
 def header(shown, left_out, skips):
-    first = next(iter(shown.values()))
+    first = next(iter(shown.values()))[0]
     w = []
     w.append("Upstream's e2e suite (%s v1.37.2, ginkgo %s) on the conformance cluster"
              % (first["e2e"], first.get("ginkgo", "?")))
@@ -90,7 +121,7 @@ def header(shown, left_out, skips):
     w.append("")
     w.append("| column | command | commit (our image) | started | took | ginkgo processes |")
     w.append("| --- | --- | --- | --- | --- | --- |")
-    for c, m in shown.items():
+    for c, (m, _) in shown.items():
         together = " (columns at the same time)" if m.get("parallel") else ""
         w.append("| %s | `%s`%s | %s%s (%s) | %s | %s s | %s |" % (
             c, m["command"], together, m["commit"], m.get("commit_note", ""), m.get("proxy_version", "?"),
@@ -104,13 +135,9 @@ def header(shown, left_out, skips):
 
 def render(out):
     shown, left_out = load(out)
-    first = next(iter(shown.values()))
-    focus = re.compile(first["focus"])
+    first = next(iter(shown.values()))[0]
     cols = list(shown)
-    data = {}
-    for c in cols:
-        p = os.path.join(out, c, "junit_01.xml")
-        data[c] = read_column(p, focus) if os.path.exists(p) else None
+    data = {c: specs for c, (_, specs) in shown.items()}
     names = sorted({n for d in data.values() if d for n in d})
     skips = [tuple(x) for x in first.get("skips", [])]
 
@@ -191,14 +218,17 @@ def render(out):
     w.append("| --- |" + " --- |" * len(cols))
     for n in names:
         w.append("| %s | %s |" % (md(n), " | ".join(cell(c, n) for c in cols)))
-    record = (len(shown) == len(COLUMNS) and all(m.get("record") for m in shown.values())
+    record = (len(shown) == len(COLUMNS) and all(m.get("record") for m, _ in shown.values())
               and all(data[c] is not None for c in cols))
     return "\n".join(w) + "\n", record, first
 
 
 def main(argv):
+    if len(argv) == 4 and argv[1] == "--export":
+        export(argv[2], argv[3])
+        return 0
     if len(argv) not in (2, 4) or (len(argv) == 4 and argv[2] != "--doc"):
-        sys.stderr.write("usage: report.py OUT [--doc FILE]\n")
+        sys.stderr.write("usage: report.py OUT [--doc FILE] | report.py --export OUT/COLUMN FILE\n")
         return 2
     out = argv[1]
     page, record, first = render(out)

@@ -144,3 +144,35 @@ func TestReportOtherFocus(t *testing.T) {
 		t.Errorf("a column of another focus is in the totals:\n%s", section(t, text, "Totals"))
 	}
 }
+
+// TestReportExported: the record's columns kept as exported COLUMN.json files
+// (docs/conformance/) render the same page as the column folders they came
+// from.
+func TestReportExported(t *testing.T) {
+	out, _, fromFolders := report(t, func(out string) {
+		b, err := os.ReadFile(filepath.Join(out, "ours-iptables", "junit_01.xml"))
+		if err == nil {
+			err = os.WriteFile(filepath.Join(out, "ours-nftables", "junit_01.xml"), b, 0o644)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	})
+	kept := t.TempDir()
+	for _, c := range []string{"upstream-ipvs", "ours-iptables", "ours-nftables"} {
+		if b, err := exec.Command("python3", "report.py", "--export", filepath.Join(out, c), filepath.Join(kept, c+".json")).CombinedOutput(); err != nil {
+			t.Fatalf("report.py --export %s: %v\n%s", c, err, b)
+		}
+	}
+	doc := filepath.Join(kept, "CONFORMANCE.md")
+	if b, err := exec.Command("python3", "report.py", kept, "--doc", doc).CombinedOutput(); err != nil {
+		t.Fatalf("report.py: %v\n%s", err, b)
+	}
+	fromKept, err := os.ReadFile(doc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fromFolders == "" || string(fromKept) != fromFolders {
+		t.Errorf("the page from the exported columns differs from the folders' page:\n%s\n---\n%s", fromKept, fromFolders)
+	}
+}

@@ -35,8 +35,9 @@
 # logs, timings; run.json: the column's command, commit, date, focus, skip
 # list) and OUT/results.md (report.py: totals, differences, failures, skips
 # with their reasons, one row per spec) from every column folder in OUT, this
-# run's and earlier ones'. Without FOCUS, once the three columns have run the
-# whole focus (in one run or several), docs/CONFORMANCE.md too. Exit 0 when no test
+# run's and earlier ones'. Without FOCUS each column with a report is kept as
+# docs/conformance/FAMILIES/COLUMN.json (commit it), and once the three are
+# there (from one run or several) docs/CONFORMANCE.md is written from them. Exit 0 when no test
 # failed in any column.
 set -euo pipefail
 # The whole script is one compound command: bash reads it all before running
@@ -50,9 +51,13 @@ die() { log "FAIL: $*"; exit 1; }
 # run.sh report [OUT]: the page again from a finished run's folder.
 if [[ ${1:-} == report ]]; then
 	out=${2:-${KPI_CONF_OUT:-$repo/_output/conformance}}
-	ls "$out"/*/run.json >/dev/null 2>&1 || die "no $out/COLUMN/run.json: no finished column in $out"
-	doc=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["doc"])' "$(ls "$out"/*/run.json | head -1)")
-	python3 "$here/report.py" "$out" --doc "$repo/$doc"
+	python3 "$here/report.py" "$out"
+	log "wrote $out/results.md"
+	for families in ipv4 dual; do
+		[[ $families == ipv4 ]] && doc=docs/CONFORMANCE.md || doc=docs/CONFORMANCE-DUALSTACK.md
+		[[ -d $repo/docs/conformance/$families ]] || continue
+		python3 "$here/report.py" "$repo/docs/conformance/$families" --doc "$repo/$doc"
+	done
 	exit 0
 fi
 
@@ -193,11 +198,17 @@ else
 fi
 # The page: report.py renders every column folder of OUT, this run's and any
 # left by earlier runs (each says its own commit, date and command).
+python3 "$here/report.py" "$out"
+# The whole focus is the record: each column that has a report is kept in the
+# repository (docs/conformance/FAMILIES/COLUMN.json, committed), where the
+# columns of several runs, on several machines, add up to the record page.
 if [[ -z ${FOCUS:-} ]]; then
-	# The record when all three columns ran the whole focus.
-	python3 "$here/report.py" "$out" --doc "$repo/$doc"
-else
-	python3 "$here/report.py" "$out"
+	for col in "${columns[@]}"; do
+		[[ -f $out/$col/junit_01.xml ]] || continue
+		python3 "$here/report.py" --export "$out/$col" "$repo/docs/conformance/$families/$col.json"
+		log "kept $col as docs/conformance/$families/$col.json"
+	done
+	python3 "$here/report.py" "$repo/docs/conformance/$families" --doc "$repo/$doc"
 fi
 log "table: $out/results.md"
 sed -n '/^## Totals/,/^## Where/p' "$out/results.md" | grep '^| [a-z]' >&2 || true
