@@ -100,18 +100,22 @@ func TestReportColumnWithoutReport(t *testing.T) {
 	}
 }
 
+// giveNFTablesReport gives ours-nftables (run.json only) ours-iptables' report.
+func giveNFTablesReport(t *testing.T, out string) {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(out, "ours-iptables", "junit_01.xml"))
+	if err == nil {
+		err = os.WriteFile(filepath.Join(out, "ours-nftables", "junit_01.xml"), b, 0o644)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
 // TestReportRecord: with a report in every column the page is the record,
 // written with its heading; results.md is the same page without it.
 func TestReportRecord(t *testing.T) {
-	_, text, page := report(t, func(out string) {
-		b, err := os.ReadFile(filepath.Join(out, "ours-iptables", "junit_01.xml"))
-		if err == nil {
-			err = os.WriteFile(filepath.Join(out, "ours-nftables", "junit_01.xml"), b, 0o644)
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-	})
+	_, text, page := report(t, func(out string) { giveNFTablesReport(t, out) })
 	if !strings.HasPrefix(page, "# Conformance: upstream's [sig-network] e2e suite\n") || !strings.HasSuffix(page, text) {
 		t.Fatalf("the record is not the heading and results.md:\n%s", page)
 	}
@@ -149,15 +153,7 @@ func TestReportOtherFocus(t *testing.T) {
 // (docs/conformance/) render the same page as the column folders they came
 // from.
 func TestReportExported(t *testing.T) {
-	out, _, fromFolders := report(t, func(out string) {
-		b, err := os.ReadFile(filepath.Join(out, "ours-iptables", "junit_01.xml"))
-		if err == nil {
-			err = os.WriteFile(filepath.Join(out, "ours-nftables", "junit_01.xml"), b, 0o644)
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-	})
+	out, _, fromFolders := report(t, func(out string) { giveNFTablesReport(t, out) })
 	kept := t.TempDir()
 	for _, c := range []string{"upstream-ipvs", "ours-iptables", "ours-nftables"} {
 		if b, err := exec.Command("python3", "report.py", "--export", filepath.Join(out, c), filepath.Join(kept, c+".json")).CombinedOutput(); err != nil {
