@@ -124,7 +124,7 @@ def header(shown, left_out, skips):
     for c, (m, _) in shown.items():
         together = " (columns at the same time)" if m.get("parallel") else ""
         w.append("| %s | `%s`%s | %s%s (%s) | %s | %s s | %s |" % (
-            c, m["command"], together, m["commit"], m.get("commit_note", ""), m.get("proxy_version", "?"),
+            c, md(m["command"]), together, m["commit"], m.get("commit_note", ""), m.get("proxy_version", "?"),
             m["started"], m["took"], m["procs"]))
     if left_out:
         w.append("")

@@ -133,6 +133,7 @@ func TestReportOtherFocus(t *testing.T) {
 			s := strings.Replace(string(b), `(Services|Networking)"`, `Services should serve a basic endpoint"`, 1)
 			s = strings.Replace(s, `"record": true`, `"record": false`, 1)
 			s = strings.Replace(s, `"started": "2026-12-06T17:00:02Z"`, `"started": "2026-12-07T09:00:00Z"`, 1)
+			s = strings.Replace(s, `"command": "make conformance PARALLEL=1"`, `"command": "make conformance FOCUS='a|b'"`, 1)
 			err = os.WriteFile(p, []byte(s), 0o644)
 		}
 		if err != nil {
@@ -143,7 +144,9 @@ func TestReportOtherFocus(t *testing.T) {
 		t.Errorf("a one-column run of another focus was written as the record")
 	}
 	wantIn(t, "the page", text, "Left out (run with another focus or address family): upstream-ipvs, ours-iptables.",
-		"| ours-nftables | no report | | |")
+		"| ours-nftables | no report | | |",
+		// A | in the command would end the table cell.
+		"| ours-nftables | `make conformance FOCUS='a\\|b'` (columns at the same time) |")
 	if strings.Contains(section(t, text, "Totals"), "upstream-ipvs") {
 		t.Errorf("a column of another focus is in the totals:\n%s", section(t, text, "Totals"))
 	}
