@@ -4,6 +4,7 @@
     report.py OUT                        writes OUT/results.md
     report.py OUT --doc F                and F (docs/CONFORMANCE.md) when it is the record
     report.py --export OUT/COLUMN FILE   the column as one JSON file (docs/conformance/)
+    report.py --tsv OUT/COLUMN           the column's specs, NAME<TAB>STATUS<TAB>SECONDS
 
 Every column of OUT (upstream-ipvs, ours-iptables, ours-nftables) counts,
 whichever run wrote it: a folder with run.json, or an exported COLUMN.json (how
@@ -223,12 +224,26 @@ def render(out):
     return "\n".join(w) + "\n", record, first
 
 
+def tsv(coldir):
+    """Prints column folder coldir's specs of its focus, a line each:
+    NAME<TAB>pass|fail|skip<TAB>SECONDS."""
+    c = os.path.basename(os.path.normpath(coldir))
+    _, specs = column(os.path.dirname(os.path.normpath(coldir)), c)
+    if specs is None:
+        raise SystemExit("report.py: %s has no run.json or no junit_01.xml" % coldir)
+    for n, (st, t, _) in sorted(specs.items()):
+        print("%s\t%s\t%.0f" % (n, st, t))
+
+
 def main(argv):
     if len(argv) == 4 and argv[1] == "--export":
         export(argv[2], argv[3])
         return 0
+    if len(argv) == 3 and argv[1] == "--tsv":
+        tsv(argv[2])
+        return 0
     if len(argv) not in (2, 4) or (len(argv) == 4 and argv[2] != "--doc"):
-        sys.stderr.write("usage: report.py OUT [--doc FILE] | report.py --export OUT/COLUMN FILE\n")
+        sys.stderr.write("usage: report.py OUT [--doc FILE] | --export OUT/COLUMN FILE | --tsv OUT/COLUMN\n")
         return 2
     out = argv[1]
     page, record, first = render(out)

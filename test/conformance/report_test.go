@@ -175,3 +175,23 @@ func TestReportExported(t *testing.T) {
 		t.Errorf("the page from the exported columns differs from the folders' page:\n%s\n---\n%s", fromKept, fromFolders)
 	}
 }
+
+// TestReportTSV: --tsv prints a column's specs of its focus, one
+// NAME<TAB>STATUS<TAB>SECONDS line each (what ci.sh checks), and nothing
+// outside the focus.
+func TestReportTSV(t *testing.T) {
+	b, err := exec.Command("python3", "report.py", "--tsv", "testdata/report/upstream-ipvs").Output()
+	if err != nil {
+		t.Fatalf("report.py --tsv: %v", err)
+	}
+	got := strings.Split(strings.TrimSuffix(string(b), "\n"), "\n")
+	want := []string{
+		"[sig-network] Networking should provide Internet connection for containers [Feature:Networking-IPv4]\tskip\t0",
+		"[sig-network] Services should be rejected for evicted pods [Provider:gce]\tskip\t0",
+		basicSpec + "\tpass\t42",
+		restartSpec + "\tfail\t300",
+	}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("--tsv printed:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}

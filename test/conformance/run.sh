@@ -30,7 +30,7 @@
 # reason); a skip list that would skip a [Conformance] test of the focus fails
 # the run before any cluster starts.
 #
-# Writes OUT/COLUMN/{e2e.log,junit_01.xml,results.tsv,took,run.json,cluster/}
+# Writes OUT/COLUMN/{e2e.log,junit_01.xml,results.tsv,run.json,cluster/}
 # (cluster/: every component's log, the nodes' consoles, the kube-system pods'
 # logs, timings; run.json: the column's command, commit, date, focus, skip
 # list) and OUT/results.md (report.py: totals, differences, failures, skips
@@ -129,7 +129,7 @@ ginkgo_version=$("$bin/ginkgo" version 2>/dev/null | awk '{print $NF}')
 write_meta() {
 	KPI_R_COLUMN=$1 KPI_R_TOOK=$2 KPI_R_STARTED=$3 KPI_R_COMMAND=$cmd KPI_R_COMMIT=$commit KPI_R_COMMIT_NOTE=$commit_note \
 		KPI_R_PROXY_VERSION=$proxy_version KPI_R_PARALLEL=${PARALLEL:-0} KPI_R_FOCUS=$focus KPI_R_PROCS=$procs \
-		KPI_R_E2E=$(basename "$e2e") KPI_R_GINKGO=$ginkgo_version KPI_R_FAMILIES=$families KPI_R_DOC=$doc \
+		KPI_R_E2E=$(basename "$e2e") KPI_R_GINKGO=$ginkgo_version KPI_R_FAMILIES=$families \
 		KPI_R_RECORD=$([[ -z ${FOCUS:-} ]] && echo 1 || echo 0) KPI_R_SKIPS="$(grep -v '^#' "$here/skip.txt" | grep .)" \
 		python3 -c '
 import json, os, sys
@@ -138,14 +138,14 @@ json.dump({
     "column": e("COLUMN"), "command": e("COMMAND"), "commit": e("COMMIT"), "commit_note": e("COMMIT_NOTE"),
     "proxy_version": e("PROXY_VERSION"), "started": e("STARTED"), "took": int(e("TOOK")),
     "parallel": e("PARALLEL") == "1", "focus": e("FOCUS"), "procs": e("PROCS"), "e2e": e("E2E"),
-    "ginkgo": e("GINKGO"), "families": e("FAMILIES"), "doc": e("DOC"), "record": e("RECORD") == "1",
+    "ginkgo": e("GINKGO"), "families": e("FAMILIES"), "record": e("RECORD") == "1",
     "skips": [l.split("  # ", 1) for l in e("SKIPS").splitlines()],
 }, open(sys.argv[1], "w"), indent=1)
 ' "$out/$1/run.json"
 }
 
 # run_column COLUMN: a fresh cluster with that kube-proxy, the suite against it;
-# writes OUT/COLUMN/{e2e.log,junit_01.xml,results.tsv,took,cluster/}.
+# writes OUT/COLUMN/{e2e.log,junit_01.xml,results.tsv,run.json,cluster/}.
 run_column() {
 	local col=$1 proxy=$1 d=$out/$1 start started rc
 	rm -rf "$d"
@@ -160,23 +160,11 @@ run_column() {
 		>"$d/e2e.log" 2>&1
 	rc=$?
 	set -e
-	echo $((SECONDS - start)) >"$d/took"
-	log "$col: exit $rc after $(cat "$d/took") s"
+	log "$col: exit $rc after $((SECONDS - start)) s"
 	write_meta "$col" "$((SECONDS - start))" "$started"
 	[[ -f $d/junit_01.xml ]] || { log "$col: no junit report (tail of $d/e2e.log below)"; tail -30 "$d/e2e.log" >&2; return 1; }
-	python3 - "$d/junit_01.xml" >"$d/results.tsv" <<'EOF'
-import sys, xml.etree.ElementTree as ET
-for tc in ET.parse(sys.argv[1]).getroot().iter("testcase"):
-    name = tc.get("name", "")
-    if not name.startswith("[It] "):
-        continue
-    status = "pass"
-    if tc.find("skipped") is not None:
-        status = "skip"
-    if tc.find("failure") is not None or tc.find("error") is not None:
-        status = "fail"
-    print("%s\t%s\t%.0f" % (name[5:], status, float(tc.get("time", "0"))))
-EOF
+	# One line per spec of the focus: NAME<TAB>pass|fail|skip<TAB>SECONDS (ci.sh reads it).
+	python3 "$here/report.py" --tsv "$d" >"$d/results.tsv"
 	if grep -qP '\tfail\t' "$d/results.tsv"; then return 1; fi
 }
 
