@@ -3,7 +3,8 @@
 # namespace integration tests (iptables, ipset, conntrack, iproute2, socat) and
 # the qemu end-to-end testbed (qemu, busybox, cpio, kmod, xz, ...) and
 # mmdebstrap, which builds the container image's root filesystem for it
-# (hack/image-rootfs.sh).
+# (hack/image-rootfs.sh), and curl, gcc and g++, which fetch and build the
+# conformance agnhost image's iperf 2.2 (test/conformance/images/build.sh).
 # `apt-get update` runs only when something is missing.
 set -euo pipefail
 
@@ -11,7 +12,7 @@ pkgs=(
 	iptables ipset ipvsadm conntrack nftables iproute2 socat
 	qemu-system-x86 busybox-static cpio kmod xz-utils zstd gzip binutils
 	bash coreutils util-linux procps ca-certificates git make
-	mmdebstrap
+	mmdebstrap curl gcc g++ libc6-dev
 )
 
 missing=()
