@@ -321,7 +321,7 @@ func (p *Proxier) executeRealServer(ctx context.Context, vp *vsPlan, a *appliedV
 		return p.reAddRealServer(ctx, vp, a, s, stats, out)
 	}
 	switch s.action {
-	case rsKeepDraining:
+	case rsKeepDraining, rsLeave:
 		return []desiredRS{s.have}, false
 	case rsAdd:
 		if !write(opAddRealServer, s.want.key, "adding", "to", func() error {

@@ -33,6 +33,9 @@ func newInputs() inputs {
 type kernelMemory struct {
 	applied  *appliedState // nil: unknown, the next sync reads the kernel
 	needFull bool
+	// warmed: warm syncs wrote the applied state; the first sync after the lists
+	// are complete compares every key against it (warm.go).
+	warmed   bool
 	lastFull time.Time
 	// setsEmptied is set by a backend's prepare that wrote its sets anew (empty).
 	setsEmptied bool

@@ -103,6 +103,7 @@ const (
 	rsKeepDraining                 // unwanted, draining at weight 0 until its deadline
 	rsDrain                        // unwanted TCP real server with traffic: weight 0, start draining
 	rsDelete                       // unwanted: remove
+	rsLeave                        // unwanted by a warm sync's partial view: left as it is (warm.go)
 )
 
 // rsStep is one real server of a planned virtual server; have is its applied value,
@@ -118,6 +119,9 @@ type rsStep struct {
 
 // weightAfter is the real server's weight once the step is done.
 func (s rsStep) weightAfter() int32 {
+	if s.action == rsLeave {
+		return s.have.weight
+	}
 	if s.action == rsDrain || s.action == rsKeepDraining || s.action == rsDelete {
 		return 0
 	}
@@ -169,6 +173,9 @@ type planInput struct {
 	// being deleted at once (off on kernels where conn_reuse_mode makes that unsafe).
 	drainTerminating bool
 	excluded         func(net.IP) bool
+	// warm: the lists are not complete yet (warm.go): the plan only adds and
+	// changes, and removes nothing.
+	warm bool
 }
 
 // planSync computes the writes for the touched keys. It does no I/O.
@@ -182,14 +189,14 @@ func planSync(in *planInput) *syncPlan {
 	var changes []rules.Change
 	for e := range t.entries {
 		want, have := ix.hasEntry(e), a.entries.Has(e)
-		if want != have {
+		if want != have && (want || !in.warm) {
 			changes = append(changes, rules.Change{Member: e, Add: want})
 		}
 	}
 	// Deterministic order (the kernel does not care; tests and logs do).
 	slices.SortFunc(changes, compareSetChanges)
 	if len(changes) > 0 || in.full {
-		pl.steps = append(pl.steps, rules.Members{Changes: changes, Full: in.full})
+		pl.steps = append(pl.steps, rules.Members{Changes: changes, Full: in.full && !in.warm})
 	}
 
 	var binds, unbinds []string
@@ -209,8 +216,11 @@ func planSync(in *planInput) *syncPlan {
 	}
 
 	// The rules are rewritten whole, but only when their text changes (or on a full
-	// sync, which also repairs tampering).
-	if in.full && !in.rulesChecked || string(in.rules) != string(a.iptables) {
+	// sync, which also repairs tampering). A warm sync leaves them as they are: which
+	// rules there are depends on the Services, and some are not listed yet.
+	if in.warm {
+		// The first sync after the lists are complete writes them.
+	} else if in.full && !in.rulesChecked || string(in.rules) != string(a.iptables) {
 		pl.steps = append(pl.steps, rules.Rules{Out: in.out, Text: in.rules})
 	}
 	if in.full && !in.rulesChecked {
@@ -240,8 +250,11 @@ func planSync(in *planInput) *syncPlan {
 	if len(quiet) > 0 {
 		pl.steps = append(pl.steps, rules.Loud{Addrs: quiet})
 	}
-	if len(unbinds) > 0 {
+	if len(unbinds) > 0 && !in.warm {
 		pl.steps = append(pl.steps, unbindStep{unbinds})
+	}
+	if in.warm {
+		return pl
 	}
 	// Real servers this plan starts draining are checked at its end too: one with no
 	// connection goes at once.
@@ -264,7 +277,7 @@ func planVirtualServer(in *planInput, key vsKey) (vsPlan, bool) {
 	d := in.index.virtualServer(key)
 	a := in.applied.vs[key]
 	switch {
-	case d == nil && a == nil:
+	case d == nil && a == nil, d == nil && in.warm:
 		return vsPlan{}, false
 	case d == nil:
 		return vsPlan{key: key, action: vsDelete, spec: a.vs}, true
@@ -321,6 +334,18 @@ func planVirtualServer(in *planInput, key vsKey) (vsPlan, bool) {
 			vp.steps = append(vp.steps, s)
 			have, want = have[1:], want[1:]
 		}
+	}
+	if in.warm {
+		// Nothing goes before the lists are complete; nor is a list order restored,
+		// which takes real servers out and in again.
+		writes := vp.action != vsKeep
+		for _, st := range vp.steps {
+			writes = writes || st.action != rsKeep
+		}
+		for _, st := range stale {
+			vp.steps = append(vp.steps, rsStep{action: rsLeave, have: st.have})
+		}
+		return vp, writes
 	}
 	if orderSensitive(d.vs.Scheduler) && a != nil {
 		vp.steps = keepListOrder(vp.steps, stale, vp.action == vsUpdate && a.vs.Scheduler != d.vs.Scheduler)
@@ -468,6 +493,8 @@ func (s ipvsStep) String() string {
 				fmt.Fprintf(&b, "ipvs %s drain-rs %s%s\n", vp.key, st.have.key, owner)
 			case rsDelete:
 				fmt.Fprintf(&b, "ipvs %s del-rs %s%s\n", vp.key, st.have.key, owner)
+			case rsLeave:
+				fmt.Fprintf(&b, "ipvs %s leave-rs %s until the lists are complete%s\n", vp.key, st.have.key, owner)
 			}
 		}
 	}
@@ -493,7 +520,7 @@ func (pl *syncPlan) writes() int {
 					n++
 				}
 				for _, st := range vp.steps {
-					if st.action != rsKeep && st.action != rsKeepDraining {
+					if st.action != rsKeep && st.action != rsKeepDraining && st.action != rsLeave {
 						n++
 					}
 					if st.readd {

@@ -86,6 +86,9 @@ type Options struct {
 	// RulesBackend is where the sets and rules beside IPVS live: RulesBackendIPTables
 	// (ipsets and iptables chains, upstream's; also "") or RulesBackendNFTables.
 	RulesBackend string
+	// WarmStart: program what has arrived while the initial lists still come in,
+	// adding only (warm.go). Off: nothing before the lists are complete, as upstream.
+	WarmStart bool
 }
 
 // Kernel is the set of kernel interfaces the proxier programs.
@@ -161,7 +164,9 @@ type Proxier struct {
 
 // SyncStats describes one sync.
 type SyncStats struct {
-	Full       bool
+	Full bool
+	// Warm: a sync before the lists were complete (warm.go), which removes nothing.
+	Warm       bool
 	Services   int // services whose desired state was rebuilt
 	IPVSOps    int
 	IPSetOps   int
@@ -321,6 +326,8 @@ func (p *Proxier) OnServiceUpdate(oldService, service *proxy.ServiceRecord) {
 		observeServiceChange(p.serviceChanges.PendingChanges())
 		if p.initialized.Load() {
 			p.Sync()
+		} else {
+			p.wakeWarm()
 		}
 	}
 }
@@ -352,6 +359,8 @@ func (p *Proxier) endpointSliceChanged(slice *proxy.EndpointSliceRecord, removed
 		observeEndpointChange(p.endpointsChanges.PendingChangeCount())
 		if p.initialized.Load() {
 			p.Sync()
+		} else {
+			p.wakeWarm()
 		}
 	}
 }
@@ -425,6 +434,10 @@ func (p *Proxier) syncProxyRules() {
 		p.logger.Error(err, "Failed to keep the rules on")
 	}
 	if !p.initialized.Load() {
+		if p.opts.WarmStart {
+			p.syncWarm()
+			return
+		}
 		p.logger.V(2).Info("Not syncing ipvs rules until Services and Endpoints have been received from master")
 		return
 	}
@@ -463,6 +476,12 @@ func (p *Proxier) runSyncs(start time.Time) (SyncStats, bool, error) {
 	// done here, holding back every change; a periodic resync reads beside the sync
 	// loop instead (resync.go), and the sync after the read ends is the full one.
 	full := p.needFull || p.applied == nil
+	if p.warmed {
+		p.warmed = false
+		if !full {
+			return p.endWarmStart(start)
+		}
+	}
 	var snap *appliedState
 	var changes SyncStats // a periodic resync's changes, applied before it
 	var err error

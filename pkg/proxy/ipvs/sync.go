@@ -82,6 +82,8 @@ type syncRun struct {
 	full    bool
 	// rulesChecked: the resync read checked the rules beside the loop.
 	rulesChecked bool
+	// warm: a warm sync, before the lists are complete (warm.go).
+	warm bool
 }
 
 // takenChanges are the results of applying the queued changes to the maps.
@@ -91,7 +93,7 @@ type takenChanges struct {
 }
 
 func (p *Proxier) newSyncRun(start time.Time) *syncRun {
-	r := &syncRun{now: p.clock.Now(), t: newTouched()}
+	r := &syncRun{now: p.clock.Now(), t: newTouched(), warm: p.opts.WarmStart && !p.initialized.Load()}
 	r.stats.ops, p.resyncOps = p.resyncOps, [numKernelOps]int{}
 	r.stats.phase(start, "")
 	return r
@@ -297,6 +299,7 @@ func (p *Proxier) planAndExecute(ctx context.Context, r *syncRun) error {
 		drains:           len(p.draining),
 		drainTerminating: p.bc.drainTerminating,
 		excluded:         p.excluded,
+		warm:             r.warm,
 	})
 	// A resync read in flight may have seen the keys this sync writes before or after
 	// the write: it takes p.applied's word for them (resync.go).
@@ -315,7 +318,7 @@ func (p *Proxier) planAndExecute(ctx context.Context, r *syncRun) error {
 	stats.Failed = len(out.failures)
 	p.retryWait = p.recordOutcome(r.now, t, out)
 	p.reportFailures(out)
-	if t.health || !p.hcSynced {
+	if !r.warm && (t.health || !p.hcSynced) {
 		p.syncHealthServers()
 	}
 	p.cleanConntrack(ctx, ct, r.full)
