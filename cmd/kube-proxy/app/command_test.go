@@ -404,7 +404,7 @@ func TestRulesBackendFlag(t *testing.T) {
 }
 
 // TestExtrasInConfigFiles: our own settings (--ipvs-rules-backend,
-// --ipvs-virtual-server-metrics) are written by --write-config-to as a
+// --ipvs-virtual-server-metrics, --ipvs-warm-start) are written by --write-config-to as a
 // KubeProxyIPVSConfiguration beside the KubeProxyConfiguration and read back from
 // it, from an --ipvs-config file (which wins over the --config file's document),
 // and a flag given on the command line wins over both.
@@ -447,6 +447,19 @@ func TestExtrasInConfigFiles(t *testing.T) {
 		t.Fatal(stderr)
 	}
 	check("round trip", written("--config", first), "nftables", false)
+
+	// --ipvs-warm-start: on unless the flag or a document says otherwise.
+	warm := func(name string, e *proxyconfigapi.Extras, want bool) {
+		t.Helper()
+		if e.WarmStart == nil || *e.WarmStart != want {
+			t.Errorf("%s: warmStart %v, want %v", name, e.WarmStart, want)
+		}
+	}
+	warm("default", written(), true)
+	warm("flag", written("--ipvs-warm-start=false"), false)
+	cold := writeFile(t, "cold.yaml", ours("iptables", false)+"warmStart: false\n")
+	warm("--ipvs-config", written("--ipvs-config", cold), false)
+	warm("flag over --ipvs-config", written("--ipvs-config", cold, "--ipvs-warm-start"), true)
 
 	// Bad files stop the daemon with one line naming the file and the field.
 	for name, tc := range map[string]struct {

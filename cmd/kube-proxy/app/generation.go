@@ -19,9 +19,14 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	discovery "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 
 	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/proxy"
@@ -66,14 +71,58 @@ type lists struct {
 func startLists(ctx context.Context, s *ProxyServer, selector labels.Selector) *lists {
 	lctx, cancel := context.WithCancel(ctx)
 	resync := s.Config.ConfigSyncPeriod.Duration
+	tweak := func(o *metav1.ListOptions) { o.LabelSelector = selector.String() }
 	f := informers.NewSharedInformerFactoryWithOptions(s.Client, resync,
-		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = selector.String() }),
-		informers.WithTransform(proxyconfig.TrimForCache))
+		informers.WithTweakListOptions(tweak), informers.WithTransform(proxyconfig.TrimForCache))
+	var svcLW, sliceLW *proxyconfig.EarlyListWatch
+	if s.WarmStart {
+		// The informers list through ListerWatchers that hand the configs each object
+		// of the first lists as it arrives (pkg/proxy/config/early.go).
+		client := s.Client
+		svcLW = earlyInformer(f, client, &v1.Service{}, tweak,
+			func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+				return client.CoreV1().Services("").List(ctx, o)
+			},
+			func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+				return client.CoreV1().Services("").Watch(ctx, o)
+			})
+		sliceLW = earlyInformer(f, client, &discovery.EndpointSlice{}, tweak,
+			func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+				return client.DiscoveryV1().EndpointSlices("").List(ctx, o)
+			},
+			func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+				return client.DiscoveryV1().EndpointSlices("").Watch(ctx, o)
+			})
+	}
 	l := &lists{factory: f, cancel: cancel,
 		services: proxyconfig.NewServiceConfig(lctx, f.Core().V1().Services(), resync),
 		slices:   proxyconfig.NewEndpointSliceConfig(lctx, f.Discovery().V1().EndpointSlices(), resync, s.NodeName)}
+	if s.WarmStart {
+		l.services.EarlyFrom(svcLW)
+		l.slices.EarlyFrom(sliceLW)
+	}
 	f.Start(lctx.Done())
 	return l
+}
+
+// earlyInformer makes f's informer of obj's type list and watch through an
+// EarlyListWatch over list and watch (with the factory's list options), and returns it.
+func earlyInformer(f informers.SharedInformerFactory, client kubernetes.Interface, obj runtime.Object, tweak func(*metav1.ListOptions),
+	list cache.ListWithContextFunc, watchFn cache.WatchFuncWithContext) *proxyconfig.EarlyListWatch {
+	lw := proxyconfig.NewEarlyListWatch(&cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			tweak(&o)
+			return list(ctx, o)
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			tweak(&o)
+			return watchFn(ctx, o)
+		},
+	}, client)
+	f.InformerFor(obj, func(_ kubernetes.Interface, resync time.Duration) cache.SharedIndexInformer {
+		return cache.NewSharedIndexInformer(lw, obj, resync, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
+	})
+	return lw
 }
 
 // stop ends the lists and waits for their informers.

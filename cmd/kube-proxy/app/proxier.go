@@ -123,6 +123,7 @@ func proxierOptions(logger klog.Logger, s *ProxyServer, family v1.IPFamily, excl
 		NodePortAddresses: familyCIDRs(s.NodePortAddresses, family),
 		Recorder:          s.Recorder,
 		HealthzServer:     hz,
+		WarmStart:         s.WarmStart,
 		ServiceHealth:     serviceHealth,
 		KernelVersion:     s.handles.kernelRelease,
 		RulesBackend:      s.RulesBackend,

@@ -91,6 +91,10 @@ type objectConfig[T any, H any] struct {
 	// informer caches records, and an object that arrives unreduced (an informer
 	// started before the transform was set) is reduced on delivery.
 	reduce cache.TransformFunc
+	// meta, when set, gives a record's identity: the config can then take objects
+	// of the first list early (EarlyFrom, early.go).
+	meta  func(T) *proxy.RecordMeta
+	early *earlyObjects[T]
 }
 
 func (c *objectConfig[T, H]) register(informer cache.SharedIndexInformer, resyncPeriod time.Duration) {
@@ -128,8 +132,10 @@ func (c *objectConfig[T, H]) RegisterEventHandler(h H) { c.handlers.add(h) }
 // informer already holds first, as adds), waits for the initial list and then tells
 // every handler it has synced.
 func (c *objectConfig[T, H]) Run(stopCh <-chan struct{}) {
+	c.beginEarly()
 	c.listen()
 	waitAndNotify(c.logger, c.name, stopCh, c.synced, func() {
+		c.endEarly()
 		c.handlers.each(c.isSynced)
 	})
 }
@@ -150,7 +156,7 @@ func (c *objectConfig[T, H]) object(obj any) (T, bool) {
 
 func (c *objectConfig[T, H]) handleAdd(obj any) {
 	o, ok := c.object(obj)
-	if !ok {
+	if !ok || c.confirmEarly(o) {
 		return
 	}
 	c.handlers.each(func(h H) { c.add(h, o) })
@@ -197,6 +203,7 @@ func NewServiceConfig(ctx context.Context, informer coreinformers.ServiceInforme
 		remove:   ServiceHandler.OnServiceDelete,
 		isSynced: ServiceHandler.OnServiceSynced,
 		reduce:   ReduceServices,
+		meta:     func(r *proxy.ServiceRecord) *proxy.RecordMeta { return &r.RecordMeta },
 	}}
 	c.register(informer.Informer(), resyncPeriod)
 	return c
@@ -234,6 +241,7 @@ func NewEndpointSliceConfig(ctx context.Context, informer discoveryinformers.End
 		remove:   EndpointSliceHandler.OnEndpointSliceDelete,
 		isSynced: EndpointSliceHandler.OnEndpointSlicesSynced,
 		reduce:   ReduceEndpointSlices(nodeName),
+		meta:     func(r *proxy.EndpointSliceRecord) *proxy.RecordMeta { return &r.RecordMeta },
 	}}
 	c.register(informer.Informer(), resyncPeriod)
 	return c
