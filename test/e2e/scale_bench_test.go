@@ -30,6 +30,9 @@ const (
 	colOursNFT     = "ours-nftables"     // ours with --ipvs-rules-backend=nftables
 	colUpstream    = "upstream"          // upstream v1.37.2 --proxy-mode=ipvs
 	colUpstreamNFT = "upstream-nftables" // upstream v1.37.2 --proxy-mode=nftables
+	// coldSuffix: ours or ours-nftables with --ipvs-warm-start=false, waiting for
+	// the whole lists as upstream does ("ours-cold", "ours-nftables-cold").
+	coldSuffix = "-cold"
 )
 
 func isUpstream(name string) bool { return strings.HasPrefix(name, "upstream") }

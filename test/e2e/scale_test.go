@@ -9,7 +9,10 @@
 // the other, on the same objects in the same VM: "ours", "upstream" (upstream
 // kube-proxy v1.37.2 in ipvs mode, built by test/e2e/lib/build-tools.sh, or
 // KPI_UPSTREAM_KUBE_PROXY), or "ours,upstream", which ends with a side-by-side
-// table (SCALE-CMP lines) with the ratio upstream / ours of every figure.
+// table (SCALE-CMP lines) with the ratio upstream / ours of every figure;
+// "ours-nftables" is ours with the nftables rules backend, "upstream-nftables"
+// upstream's nftables mode, and "-cold" after ours or ours-nftables runs it with
+// --ipvs-warm-start=false (nothing programmed before the lists are complete).
 // KPI_SCALE_SERVICES (default 1000, at most 20000) changes the Service count,
 // KPI_SCALE_CHANGES (default 10) the number of one-endpoint changes,
 // KPI_SCALE_CHANGE_GAP (default 0) a pause between two changes (so that they
@@ -82,8 +85,9 @@ func vmKubeProxyNames() ([]string, error) {
 	}
 	var out []string
 	for _, n := range strings.Split(v, ",") {
-		if n != colOurs && n != colOursNFT && n != colUpstream && n != colUpstreamNFT {
-			return nil, fmt.Errorf("KPI_SCALE_PROXIES=%q: want a list of ours, ours-nftables, upstream and upstream-nftables", v)
+		base := strings.TrimSuffix(n, coldSuffix)
+		if base != colOurs && base != colOursNFT && (n != base || n != colUpstream && n != colUpstreamNFT) {
+			return nil, fmt.Errorf("KPI_SCALE_PROXIES=%q: want a list of ours, ours-nftables, ours-cold, ours-nftables-cold, upstream and upstream-nftables", v)
 		}
 		out = append(out, n)
 	}
@@ -497,7 +501,10 @@ func TestScaleVM(t *testing.T) {
 	for r, name := range names {
 		p := &vmKubeProxy{name: name, bin: "/kpi/bin/kube-proxy", log: "/tmp/scale-kube-proxy-" + name + ".log"}
 		cfg := config
-		switch name {
+		if strings.HasSuffix(name, coldSuffix) {
+			p.args = []string{"--ipvs-warm-start=false"}
+		}
+		switch strings.TrimSuffix(name, coldSuffix) {
 		case colUpstream:
 			p.bin = upstreamKubeProxyBin
 		case colUpstreamNFT:

@@ -54,6 +54,8 @@ type vmKubeProxy struct {
 	pid  int
 	// rulesBackend is ours' --ipvs-rules-backend ("" = the default, iptables).
 	rulesBackend string
+	// args are more command-line arguments.
+	args []string
 }
 
 func (p *vmKubeProxy) start(ctx context.Context, config string) error {
@@ -67,6 +69,7 @@ func (p *vmKubeProxy) start(ctx context.Context, config string) error {
 	if p.rulesBackend != "" {
 		argv = append(argv, "--ipvs-rules-backend="+p.rulesBackend)
 	}
+	argv = append(argv, p.args...)
 	// KPI_E2E_DAEMON_ENV: space-separated NAME=VALUE pairs every kube-proxy of the
 	// run gets (client-go's KUBE_FEATURE_* gates, GODEBUG, ...).
 	if env := strings.Fields(os.Getenv("KPI_E2E_DAEMON_ENV")); len(env) > 0 {
