@@ -223,7 +223,8 @@ func planSync(in *planInput) *syncPlan {
 	} else if in.full && !in.rulesChecked || string(in.rules) != string(a.iptables) {
 		pl.steps = append(pl.steps, rules.Rules{Out: in.out, Text: in.rules})
 	}
-	if in.full && !in.rulesChecked {
+	if in.full && !in.rulesChecked && !in.warm {
+		// The jumps need the rules (and turn the nftables backend's on).
 		pl.steps = append(pl.steps, rules.Jumps{})
 	}
 

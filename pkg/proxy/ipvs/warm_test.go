@@ -158,3 +158,44 @@ func TestWarmStartRemovesNothingUntilTheListsAreComplete(t *testing.T) {
 		})
 	}
 }
+
+// TestWarmStartOnAFreshNode: on a node with nothing of ours yet, warm syncs
+// program each chunk as it arrives (no warm sync fails: the rules, and the jumps
+// into them, wait for the lists), and the node ends as a cold start leaves it.
+func TestWarmStartOnAFreshNode(t *testing.T) {
+	for _, backend := range []string{RulesBackendIPTables, RulesBackendNFTables} {
+		t.Run(backend, func(t *testing.T) {
+			env := func(warm bool) (*testEnv, nft.Ruleset) {
+				mod := func(o *Options) { o.WarmStart = warm }
+				if backend == RulesBackendNFTables {
+					rs := nft.NewFakeRuleset(nftrules.Table())
+					return newNFTEnv(t, v1.IPv4Protocol, rs, mod), rs
+				}
+				return newTestEnv(t, v1.IPv4Protocol, mod), nil
+			}
+			e, rs := env(true)
+			var all []any
+			for i, chunk := range warmLists() {
+				for _, o := range chunk {
+					e.add(o)
+				}
+				all = append(all, chunk...)
+				if st := e.mustSync(); !st.Warm {
+					t.Fatalf("chunk %d: the sync was not warm", i)
+				}
+			}
+			if !strings.Contains(e.ipvs.Dump(), "-> 10.244.4.4:8080") {
+				t.Errorf("the warm syncs did not program the endpoints:\n%s", e.ipvs.Dump())
+			}
+			e.p.OnServiceSynced()
+			e.p.OnEndpointSlicesSynced()
+			if st := e.p.LastSyncStats(); st.Warm || !st.Full || st.Err != nil {
+				t.Fatalf("the sync after the lists are complete: warm %v, full %v, error %v", st.Warm, st.Full, st.Err)
+			}
+			e.p.waitBeside()
+			cold, crs := env(false)
+			cold.start(all...)
+			diff(t, "kernel after a warm start against a cold start", warmKernel(t, cold, crs), warmKernel(t, e, rs))
+		})
+	}
+}
