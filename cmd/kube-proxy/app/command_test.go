@@ -448,18 +448,18 @@ func TestExtrasInConfigFiles(t *testing.T) {
 	}
 	check("round trip", written("--config", first), "nftables", false)
 
-	// --ipvs-warm-start: on unless the flag or a document says otherwise.
+	// --ipvs-warm-start: off unless the flag or a document says otherwise.
 	warm := func(name string, e *proxyconfigapi.Extras, want bool) {
 		t.Helper()
 		if e.WarmStart == nil || *e.WarmStart != want {
 			t.Errorf("%s: warmStart %v, want %v", name, e.WarmStart, want)
 		}
 	}
-	warm("default", written(), true)
-	warm("flag", written("--ipvs-warm-start=false"), false)
-	cold := writeFile(t, "cold.yaml", ours("iptables", false)+"warmStart: false\n")
-	warm("--ipvs-config", written("--ipvs-config", cold), false)
-	warm("flag over --ipvs-config", written("--ipvs-config", cold, "--ipvs-warm-start"), true)
+	warm("default", written(), false)
+	warm("flag", written("--ipvs-warm-start"), true)
+	on := writeFile(t, "warm.yaml", ours("iptables", false)+"warmStart: true\n")
+	warm("--ipvs-config", written("--ipvs-config", on), true)
+	warm("flag over --ipvs-config", written("--ipvs-config", on, "--ipvs-warm-start=false"), false)
 
 	// Bad files stop the daemon with one line naming the file and the field.
 	for name, tc := range map[string]struct {

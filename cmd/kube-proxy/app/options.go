@@ -58,7 +58,6 @@ func newOptions(cfg *v1alpha1.KubeProxyConfiguration, fg featuregate.MutableVers
 		// RulesBackend's default is upstream's programme.
 		RulesBackend: ipvsproxy.RulesBackendIPTables,
 		metricsPort:  proxyconfigapi.ProxyStatusPort,
-		WarmStart:    true,
 	}
 }
 
@@ -90,7 +89,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.Var(ipPortValue{&c.MetricsBindAddress}, "metrics-bind-address", "The IP address and port for the metrics server to serve on, defaulting to \"127.0.0.1:10249\". (Set to \"0.0.0.0:10249\" / \"[::]:10249\" to bind on all interfaces.) Set empty to disable.")
 	fs.BoolVar(&c.BindAddressHardFail, "bind-address-hard-fail", c.BindAddressHardFail, "If true kube-proxy will treat failure to bind to a port as fatal and exit")
 	fs.BoolVar(&o.VirtualServerMetrics, "ipvs-virtual-server-metrics", o.VirtualServerMetrics, "If true, export per-Service IPVS counters (connections, packets, bytes per virtual server) as kubeproxy_ipvs_virtual_server_* metrics. Not an upstream flag; each scrape reads the IPVS table once.")
-	fs.BoolVar(&o.WarmStart, "ipvs-warm-start", o.WarmStart, "If true, program the Services and endpoints of the first lists from the API server as they arrive, adding only (nothing is removed until the lists are complete), instead of waiting for the whole lists as upstream kube-proxy does. Not an upstream flag.")
+	fs.BoolVar(&o.WarmStart, "ipvs-warm-start", o.WarmStart, "If true, program the Services and endpoints of the first lists from the API server as they arrive, adding only (nothing is removed until the lists are complete), instead of waiting for the whole lists as upstream kube-proxy does. Off by default: on a 2-vCPU node it measured no faster (docs/PERFORMANCE.md). Not an upstream flag.")
 	fs.StringVar(&o.RulesBackend, "ipvs-rules-backend", o.RulesBackend, "Where the rules that go with IPVS live: 'iptables' (ipsets and iptables chains, as upstream kube-proxy's ipvs mode) or 'nftables' (one nftables table, inet kube-proxy-ipvs; needs neither ipset nor iptables). Switching removes the other backend's rules once the new ones are written. Not an upstream flag.")
 	fs.BoolVar(&c.EnableProfiling, "profiling", c.EnableProfiling, "If true enables profiling via web interface on /debug/pprof handler.")
 	fs.StringVar(&c.ShowHiddenMetricsForVersion, "show-hidden-metrics-for-version", c.ShowHiddenMetricsForVersion,
