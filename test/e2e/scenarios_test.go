@@ -329,7 +329,8 @@ func TestLoadBalancerIngressIP(t *testing.T) {
 
 // TestKubeProxyRestartUnderLoad (runs last but the cleanups: it restarts the
 // daemon): with a client connecting every 20 ms, kube-proxy is stopped (the
-// data path stays: Services keep answering) and started again; the new
+// data path stays: Services keep answering) and started again, with warm start
+// and then without; each time the new
 // process adopts the existing state (the virtual server is never recreated:
 // its connection counter keeps counting), not one connection fails, and new
 // changes are applied.
@@ -340,50 +341,58 @@ func TestKubeProxyRestartUnderLoad(t *testing.T) {
 	vip := svc.Spec.ClusterIP + ":80"
 	waitRealServers(t, ctx, "TCP", vip, masq(pods))
 
-	l := startLoad(t, ctx, "", "tcp", vip, 20*time.Millisecond)
-	time.Sleep(8 * time.Second)
-	before := vsConnections(t, ctx, vip)
-	if err := node.StopKubeProxy(ctx); err != nil {
-		t.Fatal(err)
-	}
-	time.Sleep(3 * time.Second) // no kube-proxy at all for a while
-	if err := node.StartKubeProxy(ctx, cp, framework.KubeProxyConfig("")); err != nil {
-		t.Fatal(err)
-	}
-	if err := node.WaitKubeProxyReady(ctx, 90*time.Second); err != nil {
-		t.Fatal(err)
-	}
-	err := framework.Eventually(ctx, 90*time.Second, time.Second, func(ctx context.Context) error {
-		page, err := vm.Sh(ctx, "timeout 5 wget -q -O - http://127.0.0.1:10249/metrics")
+	// Twice: with warm start (the lists' objects programmed as they arrive, adding
+	// only), then as by default, which leaves the daemon as the next scenarios want it.
+	warm := "---\napiVersion: kube-proxy-ipvs.io/v1alpha1\nkind: KubeProxyIPVSConfiguration\nwarmStart: true\n"
+	for _, r := range []struct{ name, config string }{
+		{"a warm start", framework.KubeProxyConfig("") + warm},
+		{"a cold start", framework.KubeProxyConfig("")},
+	} {
+		l := startLoad(t, ctx, "", "tcp", vip, 20*time.Millisecond)
+		time.Sleep(8 * time.Second)
+		before := vsConnections(t, ctx, vip)
+		if err := node.StopKubeProxy(ctx); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(3 * time.Second) // no kube-proxy at all for a while
+		if err := node.StartKubeProxy(ctx, cp, r.config); err != nil {
+			t.Fatal(err)
+		}
+		if err := node.WaitKubeProxyReady(ctx, 90*time.Second); err != nil {
+			t.Fatal(err)
+		}
+		err := framework.Eventually(ctx, 90*time.Second, time.Second, func(ctx context.Context) error {
+			page, err := vm.Sh(ctx, "timeout 5 wget -q -O - http://127.0.0.1:10249/metrics")
+			if err != nil {
+				return err
+			}
+			if n, _, ok := framework.HistogramSummary(page, "kubeproxy_sync_proxy_rules_duration_seconds"); !ok || n < 1 {
+				return fmt.Errorf("the restarted kube-proxy has not synced yet (sync count %v)", n)
+			}
+			return nil
+		})
 		if err != nil {
-			return err
+			t.Fatal(err)
 		}
-		if n, _, ok := framework.HistogramSummary(page, "kubeproxy_sync_proxy_rules_duration_seconds"); !ok || n < 1 {
-			return fmt.Errorf("the restarted kube-proxy has not synced yet (sync count %v)", n)
+		after := vsConnections(t, ctx, vip)
+		t.Logf("%s: virtual server %s: %d connections before the restart, %d after the first sync of the new process", r.name, vip, before, after)
+		if after <= before {
+			t.Errorf("%s: the connection counter of %s went from %d to %d: the restarted kube-proxy recreated the virtual server instead of adopting it", r.name, vip, before, after)
 		}
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	after := vsConnections(t, ctx, vip)
-	t.Logf("virtual server %s: %d connections before the restart, %d after the first sync of the new process", vip, before, after)
-	if after <= before {
-		t.Errorf("the connection counter of %s went from %d to %d: the restarted kube-proxy recreated the virtual server instead of adopting it", vip, before, after)
-	}
-	time.Sleep(2 * time.Second)
-	got, errs, errLines := l.stop(t, ctx)
-	if errs != 0 {
-		t.Fatalf("%d connections failed across the restart:\n%s", errs, strings.Join(errLines, "\n"))
-	}
-	if got["rs-a"] == 0 || got["rs-b"] == 0 {
-		t.Errorf("both pods must answer during the restart: %v", got)
+		time.Sleep(2 * time.Second)
+		got, errs, errLines := l.stop(t, ctx)
+		if errs != 0 {
+			t.Fatalf("%s: %d connections failed across the restart:\n%s", r.name, errs, strings.Join(errLines, "\n"))
+		}
+		if got["rs-a"] == 0 || got["rs-b"] == 0 {
+			t.Errorf("%s: both pods must answer during the restart: %v", r.name, got)
+		}
 	}
 
 	if err := framework.SetEndpoints(ctx, cp.Client, svc, endpoints(pods[:1])...); err != nil {
 		t.Fatal(err)
 	}
-	err = framework.Eventually(ctx, 60*time.Second, time.Second, func(ctx context.Context) error {
+	err := framework.Eventually(ctx, 60*time.Second, time.Second, func(ctx context.Context) error {
 		out, err := node.Client(ctx, "tcp", vip, 2)
 		if err != nil {
 			return err
