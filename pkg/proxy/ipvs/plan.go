@@ -217,10 +217,9 @@ func planSync(in *planInput) *syncPlan {
 
 	// The rules are rewritten whole, but only when their text changes (or on a full
 	// sync, which also repairs tampering). A warm sync leaves them as they are: which
-	// rules there are depends on the Services, and some are not listed yet.
-	if in.warm {
-		// The first sync after the lists are complete writes them.
-	} else if in.full && !in.rulesChecked || string(in.rules) != string(a.iptables) {
+	// rules there are depends on the Services, and some are not listed yet; the first
+	// sync after the lists are complete writes them.
+	if !in.warm && (in.full && !in.rulesChecked || string(in.rules) != string(a.iptables)) {
 		pl.steps = append(pl.steps, rules.Rules{Out: in.out, Text: in.rules})
 	}
 	if in.full && !in.rulesChecked && !in.warm {
