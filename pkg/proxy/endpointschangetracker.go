@@ -167,6 +167,15 @@ func (ect *EndpointsChangeTracker) Endpoints(spn ServicePortName) []*Endpoint {
 	return ect.cache.endpoints(spn)
 }
 
+// HasSlices reports whether any slice of svc in this family was applied by the last
+// Checkout (or Update), even one without endpoints.
+func (ect *EndpointsChangeTracker) HasSlices(svc types.NamespacedName) bool {
+	ect.lock.Lock()
+	defer ect.lock.Unlock()
+	tracker := ect.cache.byService[svc]
+	return tracker != nil && len(tracker.applied) > 0
+}
+
 // addressTypeOf is the EndpointSlice address type holding family's addresses.
 func addressTypeOf(family v1.IPFamily) discovery.AddressType {
 	if family == v1.IPv6Protocol {

@@ -187,7 +187,7 @@ func (p *Proxier) executeIPVS(ctx context.Context, vs []vsPlan, stats *SyncStats
 			blocked[o] = &out.failures[i]
 		}
 	}
-	var creates, rest []*vsPlan
+	var piped, rest []*vsPlan
 	for i := range vs {
 		vp := &vs[i]
 		if cause := blocked[vp.owner]; cause != nil && vp.owner.Name != "" {
@@ -195,13 +195,13 @@ func (p *Proxier) executeIPVS(ctx context.Context, vs []vsPlan, stats *SyncStats
 				what: "virtual server " + vp.key.String() + " (waiting for " + cause.what + ")", owners: ownerList(vp.owner), err: cause.err})
 			continue
 		}
-		if vp.action == vsCreate {
-			creates = append(creates, vp)
+		if vp.action == vsCreate || addsOnly(vp) {
+			piped = append(piped, vp)
 		} else {
 			rest = append(rest, vp)
 		}
 	}
-	rest = append(p.executeCreates(ctx, creates, stats, ct, out), rest...)
+	rest = append(p.executePipelined(ctx, piped, stats, ct, out), rest...)
 	for _, vp := range rest {
 		p.executeVirtualServer(ctx, vp, stats, ct, out)
 	}
@@ -422,58 +422,102 @@ func (p *Proxier) reAddRealServer(ctx context.Context, vp *vsPlan, a *appliedVS,
 	return []desiredRS{s.want}, s.action != rsKeep
 }
 
-// executeCreates sends the new virtual servers and their real servers to the kernel
+// addsOnly reports whether vp adds real servers to a virtual server that is right as
+// it is, and writes nothing else: no re-add for the list order, no weight, no drain.
+// Such plans go pipelined with the creates; most are a warm start's (warm.go), or
+// endpoints added to many Services at once.
+func addsOnly(vp *vsPlan) bool {
+	if vp.action != vsKeep || vp.share {
+		return false
+	}
+	adds := false
+	for _, s := range vp.steps {
+		switch {
+		case s.readd:
+			return false
+		case s.action == rsAdd:
+			adds = true
+		case s.action != rsKeep && s.action != rsKeepDraining && s.action != rsLeave:
+			return false
+		}
+	}
+	return adds
+}
+
+// executePipelined sends the new virtual servers with their real servers, and the
+// real servers added to virtual servers that are right (addsOnly), to the kernel
 // pipelined (ipvs.Write: many requests per send, each acknowledged on its own): at
 // start-up that is every Service, which one request at a time costs a minute at 10k
 // under emulation. A virtual server the kernel refuses to add (it exists: someone made
 // it since we looked; a scheduler this node lacks) is returned, to go the one-at-a-time
-// way, which knows what to do about it; its real servers were refused with it.
-func (p *Proxier) executeCreates(ctx context.Context, creates []*vsPlan, stats *SyncStats, ct *[]conntrackTarget, out *outcome) (again []*vsPlan) {
-	if len(creates) == 0 {
+// way, which knows what to do about it; its real servers were refused with it. A
+// refused real server is left out and the others go in, as one at a time.
+func (p *Proxier) executePipelined(ctx context.Context, plans []*vsPlan, stats *SyncStats, ct *[]conntrackTarget, out *outcome) (again []*vsPlan) {
+	if len(plans) == 0 {
 		return nil
 	}
 	var writes []ipvs.Write
-	first := make([]int, len(creates))
-	for i, vp := range creates {
+	first := make([]int, len(plans))
+	for i, vp := range plans {
 		first[i] = len(writes)
-		writes = append(writes, ipvs.Write{Kind: ipvs.WriteAddVirtualServer, VS: vp.spec})
-		stats.count(opAddVirtualServer)
+		spec := vp.spec
+		if vp.action == vsCreate {
+			writes = append(writes, ipvs.Write{Kind: ipvs.WriteAddVirtualServer, VS: spec})
+			stats.count(opAddVirtualServer)
+		} else {
+			spec = p.applied.vs[vp.key].vs
+		}
 		for _, s := range vp.steps {
 			if s.action == rsAdd {
-				writes = append(writes, ipvs.Write{Kind: ipvs.WriteAddRealServer, VS: vp.spec, RS: s.want.key.realServer(s.want.weight)})
+				writes = append(writes, ipvs.Write{Kind: ipvs.WriteAddRealServer, VS: spec, RS: s.want.key.realServer(s.want.weight)})
 				stats.count(opAddRealServer)
 			}
 		}
 	}
 	stats.IPVSOps += len(writes)
 	errs := p.kernel.IPVS.Write(ctx, writes)
-	for i, vp := range creates {
+	for i, vp := range plans {
 		w := first[i]
-		if errs[w] != nil {
-			again = append(again, vp)
-			continue
-		}
-		a := &appliedVS{vs: vp.spec}
-		p.applied.vs[vp.key] = a
-		next := make([]desiredRS, 0, len(vp.steps))
-		for _, s := range vp.steps {
-			if s.action != rsAdd {
+		a := p.applied.vs[vp.key]
+		if vp.action == vsCreate {
+			if errs[w] != nil {
+				again = append(again, vp)
 				continue
 			}
 			w++
-			if err := errs[w]; err != nil {
-				out.fail(failure{key: retryKey{kind: retryVS, vs: vp.key}, layer: heldBackIPVS,
-					what: "real server " + s.want.key.String() + " of " + vp.key.String(), owners: ownerList(vp.owner),
-					err: fmt.Errorf("adding real server %s to %s: %w", s.want.key, vp.key, err)})
-				continue
-			}
-			next = append(next, s.want)
+			a = &appliedVS{vs: vp.spec}
+			p.applied.vs[vp.key] = a
 		}
+		next := make([]desiredRS, 0, len(vp.steps))
+		added := false
+		for _, s := range vp.steps {
+			switch s.action {
+			case rsAdd:
+				err := errs[w]
+				w++
+				if err != nil {
+					out.fail(failure{key: retryKey{kind: retryVS, vs: vp.key}, layer: heldBackIPVS,
+						what: "real server " + s.want.key.String() + " of " + vp.key.String(), owners: ownerList(vp.owner),
+						err: fmt.Errorf("adding real server %s to %s: %w", s.want.key, vp.key, err)})
+					continue
+				}
+				added = true
+				fallthrough
+			case rsKeep:
+				next = append(next, s.want)
+				if len(p.draining) > 0 {
+					delete(p.draining, drainKey{vp.key, s.want.key})
+				}
+			default:
+				next = append(next, s.have)
+			}
+		}
+		slices.SortFunc(next, func(x, y desiredRS) int { return compareRSKeys(x.key, y.key) })
 		if slices.Equal(next, vp.desired.realServers) {
 			next = vp.desired.realServers
 		}
 		a.rs = next
-		if len(next) > 0 {
+		if added {
 			p.noteConntrack(a.vs, ct)
 		}
 	}

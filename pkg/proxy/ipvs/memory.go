@@ -22,6 +22,9 @@ type inputs struct {
 	nodeLabelsChanged    bool
 	servicesSynced       bool
 	endpointSlicesSynced bool
+	// deferred are the Services a warm sync left unbuilt until their endpoints
+	// arrive (warm.go).
+	deferred sets.Set[types.NamespacedName]
 }
 
 func newInputs() inputs {

@@ -138,12 +138,17 @@ func TestResyncReadDroppedByFailure(t *testing.T) {
 	}
 }
 
-// countingWrites counts pipelined Writes and single virtual server adds; before runs
-// once, just before the first Write.
+// countingWrites counts pipelined Writes, single virtual server adds (singles) and
+// single real server adds (rsSingles); before runs once, just before the first Write.
 type countingWrites struct {
 	ipvs.Interface
-	writes, singles int
-	before          func()
+	writes, singles, rsSingles int
+	before                     func()
+}
+
+func (c *countingWrites) AddRealServer(ctx context.Context, vs *ipvs.VirtualServer, rs *ipvs.RealServer) error {
+	c.rsSingles++
+	return c.Interface.AddRealServer(ctx, vs, rs)
 }
 
 func (c *countingWrites) Write(ctx context.Context, ws []ipvs.Write) []error {
@@ -190,6 +195,51 @@ func TestCreatesArePipelined(t *testing.T) {
 		if !strings.Contains(d, want) {
 			t.Errorf("missing %q in:\n%s", want, d)
 		}
+	}
+}
+
+// TestRealServerAddsArePipelined: real servers added to virtual servers that stay as
+// they are go to the kernel in one pipelined Write with the sync's creates; a real
+// server the kernel refuses is held back and the others go in.
+func TestRealServerAddsArePipelined(t *testing.T) {
+	e := newTestEnv(t, v1.IPv4Protocol)
+	a1 := makeSlice("ns", "a", "a-1", tcp("p", 80), endpoint("10.244.2.1"))
+	b1 := makeSlice("ns", "b", "b-1", tcp("p", 80), endpoint("10.244.2.3"))
+	e.start(makeService("ns", "a", clusterIP("10.96.0.1"), port("p", v1.ProtocolTCP, 80, 0)), a1,
+		makeService("ns", "b", clusterIP("10.96.0.2"), port("p", v1.ProtocolTCP, 80, 0)), b1)
+	c := &countingWrites{Interface: e.ipvs}
+	e.p.kernel.IPVS = c
+	c.before = func() {
+		// Someone else adds one of b's new real servers first: the kernel refuses ours.
+		vs := &ipvs.VirtualServer{Address: net.ParseIP("10.96.0.2"), Protocol: ipvs.TCP, Port: 80}
+		if err := e.ipvs.AddRealServer(context.Background(), vs, &ipvs.RealServer{Address: net.ParseIP("10.244.2.5"), Port: 80, Weight: 1}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e.updateSlice(a1, makeSlice("ns", "a", "a-1", tcp("p", 80), endpoint("10.244.2.1"), endpoint("10.244.2.2")))
+	e.updateSlice(b1, makeSlice("ns", "b", "b-1", tcp("p", 80), endpoint("10.244.2.3"), endpoint("10.244.2.4"), endpoint("10.244.2.5")))
+	e.add(makeService("ns", "c", clusterIP("10.96.0.3"), port("p", v1.ProtocolTCP, 80, 0)))
+	e.add(makeSlice("ns", "c", "c-1", tcp("p", 80), endpoint("10.244.2.6")))
+	st := e.mustSync()
+	if c.writes != 1 || c.singles != 0 || c.rsSingles != 0 {
+		t.Errorf("%d pipelined writes, %d single virtual server adds and %d single real server adds, want 1, 0 and 0",
+			c.writes, c.singles, c.rsSingles)
+	}
+	if st.Failed != 1 {
+		t.Errorf("failed = %d, want 1 (the real server someone else added)", st.Failed)
+	}
+	d := e.ipvs.Dump()
+	for _, want := range []string{
+		"TCP  10.96.0.1:80 rr\n  -> 10.244.2.1:80 Masq 1 0 0\n  -> 10.244.2.2:80 Masq 1 0 0\n",
+		"TCP  10.96.0.2:80 rr\n  -> 10.244.2.3:80 Masq 1 0 0\n  -> 10.244.2.4:80 Masq 1 0 0\n  -> 10.244.2.5:80 Masq 1 0 0\n",
+		"TCP  10.96.0.3:80 rr\n  -> 10.244.2.6:80 Masq 1 0 0\n",
+	} {
+		if !strings.Contains(d, want) {
+			t.Errorf("missing %q in:\n%s", want, d)
+		}
+	}
+	if got := e.p.applied.vs[makeVSKey(ipvs.TCP, net.ParseIP("10.96.0.2"), 80)]; got == nil || len(got.rs) != 2 {
+		t.Errorf("applied real servers of 10.96.0.2:80: %+v, want the two the kernel took from us", got)
 	}
 }
 

@@ -211,6 +211,7 @@ func (p *Proxier) rebuild(ctx context.Context, r *syncRun, all bool) error {
 	case r.changes != nil:
 		changed = r.changes.svc.UpdatedServices.Union(r.changes.ep.UpdatedServices)
 	}
+	changed = p.deferWithoutEndpoints(r.warm, changed) // warm.go
 	p.updateClusterOwners(changed)
 	for name := range changed {
 		st := p.buildService(name)

@@ -4,6 +4,9 @@ import (
 	"context"
 	"time"
 
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/sets"
+
 	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/proxy/ipvs/rules"
 )
 
@@ -24,6 +27,41 @@ import (
 // contract are those of any sync; a warm sync that fails is forgotten, and the next
 // sync reads the kernel again. The node is reported healthy, and the Services'
 // health check servers start, only from the full sync on.
+
+// deferWithoutEndpoints leaves out of a warm sync's changed Services those whose
+// EndpointSlices have not arrived: the Service list comes in before the slices, and
+// a Service built without its endpoints is built again when they come, its virtual
+// server written empty first. A deferred Service is built by the first sync that
+// has its slices, or by the first sync after the lists are complete (which builds
+// the Services that have none). Outside a warm sync it adds the deferred Services
+// to changed, once.
+func (p *Proxier) deferWithoutEndpoints(warm bool, changed sets.Set[types.NamespacedName]) sets.Set[types.NamespacedName] {
+	if !warm {
+		if p.deferred.Len() > 0 {
+			if changed == nil {
+				changed = sets.New[types.NamespacedName]()
+			}
+			for name := range p.deferred {
+				changed.Insert(name)
+			}
+		}
+		p.deferred = nil
+		return changed
+	}
+	for name := range changed {
+		switch {
+		case len(p.svcPorts[name]) > 0 && !p.endpointsChanges.HasSlices(name):
+			if p.deferred == nil {
+				p.deferred = sets.New[types.NamespacedName]()
+			}
+			p.deferred.Insert(name)
+			changed.Delete(name)
+		case p.deferred != nil:
+			p.deferred.Delete(name)
+		}
+	}
+	return changed
+}
 
 // syncWarm runs one warm sync (syncProxyRules, before the lists are complete).
 func (p *Proxier) syncWarm() {

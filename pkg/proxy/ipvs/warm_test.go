@@ -199,3 +199,51 @@ func TestWarmStartOnAFreshNode(t *testing.T) {
 		})
 	}
 }
+
+// TestWarmStartBuildsAServiceOnceItsEndpointsArrive: a warm sync leaves a Service
+// whose slices have not arrived unbuilt, and builds it once, with its real servers,
+// when they come; a Service that has no slice at all is programmed by the sync
+// after the lists are complete. The real servers a later slice adds go pipelined.
+func TestWarmStartBuildsAServiceOnceItsEndpointsArrive(t *testing.T) {
+	e := newTestEnv(t, v1.IPv4Protocol, func(o *Options) { o.WarmStart = true })
+	c := &countingWrites{Interface: e.ipvs}
+	e.p.kernel.IPVS = c
+	web := makeService("ns", "web", clusterIP("10.96.0.10"), port("http", v1.ProtocolTCP, 80, 0))
+	bare := makeService("ns", "bare", clusterIP("10.96.0.11"), port("http", v1.ProtocolTCP, 80, 0))
+	web1 := makeSlice("ns", "web", "web-1", tcp("http", 8080), endpoint("10.244.1.5"))
+	web2 := makeSlice("ns", "web", "web-2", tcp("http", 8080), endpoint("10.244.4.4"))
+	chunks := [][]any{{web, bare}, {web1}, {web2}}
+	wantBuilt := []int{0, 1, 1}
+	for i, chunk := range chunks {
+		for _, o := range chunk {
+			e.add(o)
+		}
+		st := e.mustSync()
+		if !st.Warm || st.Services != wantBuilt[i] {
+			t.Errorf("chunk %d: warm %v, %d Services built, want a warm sync building %d", i, st.Warm, st.Services, wantBuilt[i])
+		}
+		d := e.ipvs.Dump()
+		if i == 0 && strings.Contains(d, "10.96.0.1") {
+			t.Errorf("chunk %d: a Service without its endpoints was programmed:\n%s", i, d)
+		}
+		if i >= 1 && !strings.Contains(d, "TCP  10.96.0.10:80 rr\n  -> 10.244.1.5:8080 Masq 1 0 0\n") {
+			t.Errorf("chunk %d: web is not programmed with its endpoint:\n%s", i, d)
+		}
+	}
+	if c.writes != 2 || c.singles != 0 || c.rsSingles != 0 {
+		t.Errorf("%d pipelined writes, %d single virtual server adds, %d single real server adds; want 2, 0 and 0",
+			c.writes, c.singles, c.rsSingles)
+	}
+	e.p.OnServiceSynced()
+	e.p.OnEndpointSlicesSynced()
+	if st := e.p.LastSyncStats(); st.Warm || !st.Full || st.Err != nil {
+		t.Fatalf("the sync after the lists are complete: warm %v, full %v, error %v", st.Warm, st.Full, st.Err)
+	}
+	e.p.waitBeside()
+	cold := newTestEnv(t, v1.IPv4Protocol)
+	cold.start(web, bare, web1, web2)
+	diff(t, "kernel after a warm start against a cold start", warmKernel(t, cold, nil), warmKernel(t, e, nil))
+	if !strings.Contains(e.ipvs.Dump(), "TCP  10.96.0.11:80 rr\n") {
+		t.Errorf("the Service without slices is not programmed after the lists are complete:\n%s", e.ipvs.Dump())
+	}
+}
