@@ -30,10 +30,22 @@ const (
 	colOursNFT     = "ours-nftables"     // ours with --ipvs-rules-backend=nftables
 	colUpstream    = "upstream"          // upstream v1.37.2 --proxy-mode=ipvs
 	colUpstreamNFT = "upstream-nftables" // upstream v1.37.2 --proxy-mode=nftables
-	// coldSuffix: ours or ours-nftables with --ipvs-warm-start=false, waiting for
-	// the whole lists as upstream does ("ours-cold", "ours-nftables-cold").
-	coldSuffix = "-cold"
 )
+
+// startSuffixes: ours or ours-nftables with warm start on ("ours-warm": the first
+// lists' objects programmed as they arrive) or off ("ours-cold": nothing before
+// the lists are complete, as upstream; also the default, "ours").
+var startSuffixes = map[string][]string{"-warm": {"--ipvs-warm-start=true"}, "-cold": {"--ipvs-warm-start=false"}}
+
+// splitStartSuffix is name without its start suffix, and the flags the suffix adds.
+func splitStartSuffix(name string) (string, []string) {
+	for suffix, args := range startSuffixes {
+		if base, ok := strings.CutSuffix(name, suffix); ok {
+			return base, args
+		}
+	}
+	return name, nil
+}
 
 func isUpstream(name string) bool { return strings.HasPrefix(name, "upstream") }
 

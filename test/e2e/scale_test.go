@@ -11,8 +11,9 @@
 // KPI_UPSTREAM_KUBE_PROXY), or "ours,upstream", which ends with a side-by-side
 // table (SCALE-CMP lines) with the ratio upstream / ours of every figure;
 // "ours-nftables" is ours with the nftables rules backend, "upstream-nftables"
-// upstream's nftables mode, and "-cold" after ours or ours-nftables runs it with
-// --ipvs-warm-start=false (nothing programmed before the lists are complete).
+// upstream's nftables mode, and "-warm" or "-cold" after ours or ours-nftables runs
+// it with --ipvs-warm-start=true or false (the default: nothing programmed before
+// the lists are complete).
 // KPI_SCALE_SERVICES (default 1000, at most 20000) changes the Service count,
 // KPI_SCALE_CHANGES (default 10) the number of one-endpoint changes,
 // KPI_SCALE_CHANGE_GAP (default 0) a pause between two changes (so that they
@@ -85,9 +86,9 @@ func vmKubeProxyNames() ([]string, error) {
 	}
 	var out []string
 	for _, n := range strings.Split(v, ",") {
-		base := strings.TrimSuffix(n, coldSuffix)
+		base, _ := splitStartSuffix(n)
 		if base != colOurs && base != colOursNFT && (n != base || n != colUpstream && n != colUpstreamNFT) {
-			return nil, fmt.Errorf("KPI_SCALE_PROXIES=%q: want a list of ours, ours-nftables, ours-cold, ours-nftables-cold, upstream and upstream-nftables", v)
+			return nil, fmt.Errorf("KPI_SCALE_PROXIES=%q: want a list of ours, ours-nftables (each with -warm or -cold or neither), upstream and upstream-nftables", v)
 		}
 		out = append(out, n)
 	}
@@ -501,10 +502,9 @@ func TestScaleVM(t *testing.T) {
 	for r, name := range names {
 		p := &vmKubeProxy{name: name, bin: "/kpi/bin/kube-proxy", log: "/tmp/scale-kube-proxy-" + name + ".log"}
 		cfg := config
-		if strings.HasSuffix(name, coldSuffix) {
-			p.args = []string{"--ipvs-warm-start=false"}
-		}
-		switch strings.TrimSuffix(name, coldSuffix) {
+		base, args := splitStartSuffix(name)
+		p.args = args
+		switch base {
 		case colUpstream:
 			p.bin = upstreamKubeProxyBin
 		case colUpstreamNFT:
