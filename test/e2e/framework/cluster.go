@@ -69,6 +69,20 @@ func CreateService(ctx context.Context, c kubernetes.Interface, ns, name string,
 // CreateServiceWith is CreateService with mutate applied to the Service
 // before it is created (session affinity, external IPs, traffic policies...).
 func CreateServiceWith(ctx context.Context, c kubernetes.Interface, ns, name string, typ corev1.ServiceType, mutate func(*corev1.Service), ports ...ServicePort) (*corev1.Service, error) {
+	svc := newService(ns, name, typ, ports...)
+	if mutate != nil {
+		mutate(svc)
+	}
+	out, err := c.CoreV1().Services(ns).Create(ctx, svc, metav1.CreateOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("creating Service %s/%s: %w", ns, name, err)
+	}
+	return out, nil
+}
+
+// newService is the Service CreateService sends: ports targeting 8080 and a
+// selector app=NAME (no controller acts on it: the tests write the slices).
+func newService(ns, name string, typ corev1.ServiceType, ports ...ServicePort) *corev1.Service {
 	svc := &corev1.Service{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
 		Spec:       corev1.ServiceSpec{Type: typ, Selector: map[string]string{"app": name}},
@@ -78,14 +92,7 @@ func CreateServiceWith(ctx context.Context, c kubernetes.Interface, ns, name str
 			Name: p.Name, Protocol: p.Protocol, Port: p.Port, TargetPort: intstr.FromInt32(8080),
 		})
 	}
-	if mutate != nil {
-		mutate(svc)
-	}
-	out, err := c.CoreV1().Services(ns).Create(ctx, svc, metav1.CreateOptions{})
-	if err != nil {
-		return nil, fmt.Errorf("creating Service %s/%s: %w", ns, name, err)
-	}
-	return out, nil
+	return svc
 }
 
 // Endpoint is one endpoint (a pod) of a Service: ready and on this node
@@ -137,6 +144,17 @@ func CreateEndpointSlice(ctx context.Context, c kubernetes.Interface, svc *corev
 // CreateEndpointSliceOf is CreateEndpointSlice for one address type; the IPv6
 // slice is named <service>-e2e-v6.
 func CreateEndpointSliceOf(ctx context.Context, c kubernetes.Interface, svc *corev1.Service, addressType discoveryv1.AddressType, eps ...Endpoint) (*discoveryv1.EndpointSlice, error) {
+	slice := newEndpointSlice(svc, addressType, eps...)
+	out, err := c.DiscoveryV1().EndpointSlices(svc.Namespace).Create(ctx, slice, metav1.CreateOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("creating EndpointSlice for %s/%s: %w", svc.Namespace, svc.Name, err)
+	}
+	return out, nil
+}
+
+// newEndpointSlice is the slice CreateEndpointSliceOf sends for svc: named
+// after it, one port per Service port (8080), eps as discoveryEndpoint makes them.
+func newEndpointSlice(svc *corev1.Service, addressType discoveryv1.AddressType, eps ...Endpoint) *discoveryv1.EndpointSlice {
 	name := svc.Name + "-e2e"
 	if addressType == discoveryv1.AddressTypeIPv6 {
 		name += "-v6"
@@ -160,11 +178,7 @@ func CreateEndpointSliceOf(ctx context.Context, c kubernetes.Interface, svc *cor
 	for _, e := range eps {
 		slice.Endpoints = append(slice.Endpoints, discoveryEndpoint(svc.Namespace, e))
 	}
-	out, err := c.DiscoveryV1().EndpointSlices(svc.Namespace).Create(ctx, slice, metav1.CreateOptions{})
-	if err != nil {
-		return nil, fmt.Errorf("creating EndpointSlice for %s/%s: %w", svc.Namespace, svc.Name, err)
-	}
-	return out, nil
+	return slice
 }
 
 // SetEndpoints replaces the endpoints of the EndpointSlice CreateEndpointSlice

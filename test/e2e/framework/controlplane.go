@@ -35,6 +35,8 @@ type ControlPlane struct {
 	Client     kubernetes.Interface
 	RestConfig *rest.Config
 	Dir        string // data dir (on /dev/shm) with the logs
+	EtcdURL    string // etcd's client URL (http://127.0.0.1:PORT), for BulkSeed's direct writes
+	BinDir     string // test/e2e/lib/build-tools.sh's folder: etcd, kube-apiserver, etcd-seed...
 
 	etcd, apiserver *exec.Cmd
 	apiserverArgv   []string
@@ -71,7 +73,7 @@ func StartControlPlane(ctx context.Context, root string, logf Logf) (*ControlPla
 	if err != nil {
 		return nil, err
 	}
-	cp := &ControlPlane{Dir: dir, AdminToken: token(), ProxyToken: token(), logf: logf}
+	cp := &ControlPlane{Dir: dir, BinDir: binDir, AdminToken: token(), ProxyToken: token(), logf: logf}
 	ok := false
 	defer func() {
 		if !ok {
@@ -97,6 +99,7 @@ func StartControlPlane(ctx context.Context, root string, logf Logf) (*ControlPla
 		return nil, err
 	}
 	etcdURL := fmt.Sprintf("http://127.0.0.1:%d", etcdPort)
+	cp.EtcdURL = etcdURL
 	peerURL := fmt.Sprintf("http://127.0.0.1:%d", peerPort)
 	cp.etcd, err = startLogged(filepath.Join(dir, "etcd.log"), filepath.Join(binDir, "etcd"),
 		"--name=e2e", "--data-dir="+filepath.Join(dir, "etcd"),
