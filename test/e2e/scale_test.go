@@ -14,7 +14,15 @@
 // upstream's nftables mode, and "-warm" or "-cold" after ours or ours-nftables runs
 // it with --ipvs-warm-start=true or false (the default: nothing programmed before
 // the lists are complete).
-// KPI_SCALE_SERVICES (default 1000, at most 20000) changes the Service count,
+// KPI_SCALE_SERVICES (default 1000; more than 60,000 need KPI_E2E_SERVICE_CIDR=10.96.0.0/12)
+// changes the Service count; past 20,000, or with KPI_SCALE_SEED=etcd, the
+// objects are seeded straight into the test etcd (framework.BulkSeed, the
+// etcd-seed tool: as the apiserver would store them, with the IPAddresses of
+// their ClusterIPs) instead of created through the API, whose ClusterIP
+// allocator makes creating N Services cost O(N^2); the run's "objects:" line
+// says which, with the time taken (KPI_SCALE_SEED=api creates them through the
+// API whatever the count). Seeded objects are not deleted at the end (their
+// deletion is O(N^2) too; the control plane goes with the run).
 // KPI_SCALE_CHANGES (default 10) the number of one-endpoint changes,
 // KPI_SCALE_CHANGE_GAP (default 0) a pause between two changes (so that they
 // fall before, during and after periodic resyncs), KPI_SCALE_CHANGE_MAX
@@ -62,6 +70,10 @@ var scaleEndpoints = 4
 const (
 	scaleNS      = "e2e-scale-vm"
 	scaleWorkers = 8
+	// Past this many Services the objects are seeded into etcd: creating them
+	// through the API costs O(N^2) (kube-apiserver's ClusterIP allocator lists
+	// every IPAddress per allocation; about 1,000 a minute past 15,000).
+	scaleSeedAbove = 20000
 	// Start-up: kube-proxy start until every Service is in IPVS, the ipsets and
 	// iptables. Upstream took 133 s for KUBE-CLUSTER-IP at 1k under TCG.
 	scaleProgramTimeout = 15 * time.Minute       // KPI_SCALE_PROGRAM_TIMEOUT replaces it
@@ -374,6 +386,16 @@ func TestScaleVM(t *testing.T) {
 		}
 		nsvc = n
 	}
+	// More than scaleSeedAbove Services are seeded into etcd (framework.BulkSeed)
+	// unless KPI_SCALE_SEED=api; KPI_SCALE_SEED=etcd seeds any count.
+	seed := nsvc > scaleSeedAbove
+	switch v := os.Getenv("KPI_SCALE_SEED"); v {
+	case "":
+	case "etcd", "api":
+		seed = v == "etcd"
+	default:
+		t.Fatalf("KPI_SCALE_SEED=%q: want etcd (seed the objects into etcd) or api (create them through the API)", v)
+	}
 	if v := os.Getenv("KPI_SCALE_ENDPOINTS"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 || n > 20 {
@@ -468,32 +490,46 @@ func TestScaleVM(t *testing.T) {
 	if err := framework.CreateNamespace(ctx, bulk, scaleNS); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		s := time.Now()
-		if err := framework.BulkDelete(context.Background(), bulk, scaleNS, scaleWorkers); err != nil {
-			t.Errorf("deleting the scale objects: %v", err)
-		}
-		logf("scale objects deleted in %s", scaleSecs(time.Since(s)))
-	})
-	s := time.Now()
-	svcs, err := framework.BulkCreate(ctx, bulk, scaleNS, "s", nsvc, scaleWorkers, func(i int) []framework.Endpoint {
+	eps := func(i int) []framework.Endpoint {
 		eps := make([]framework.Endpoint, scaleEndpoints)
 		for j := range eps {
 			eps[j] = framework.Endpoint{PodName: fmt.Sprintf("s-%d-%d", i, j), IP: scaleEndpointIP(i, j)}
 		}
 		return eps
-	})
+	}
+	s := time.Now()
+	var svcs []framework.BulkService
+	if seed {
+		// No cleanup: deleting a Service costs the allocator a list of every
+		// IPAddress too (O(N^2) for all of them), and the control plane is
+		// TestMain's, stopped and removed when the run ends (TestScaleVM runs
+		// alone).
+		svcs, err = framework.BulkSeed(ctx, cp, bulk, scaleNS, "s", nsvc, eps)
+	} else {
+		t.Cleanup(func() {
+			s := time.Now()
+			if err := framework.BulkDelete(context.Background(), bulk, scaleNS, scaleWorkers); err != nil {
+				t.Errorf("deleting the scale objects: %v", err)
+			}
+			logf("scale objects deleted in %s", scaleSecs(time.Since(s)))
+		})
+		svcs, err = framework.BulkCreate(ctx, bulk, scaleNS, "s", nsvc, scaleWorkers, eps)
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
 	created := time.Since(s)
-	logf("%d Services and %d EndpointSlices created in %s", nsvc, nsvc, scaleSecs(created))
+	objectsHow := fmt.Sprintf("created through the API in %s (%d client goroutines, QPS 500)", scaleSecs(created), scaleWorkers)
+	if seed {
+		objectsHow = fmt.Sprintf("seeded into etcd by etcd-seed, not created through the API (framework.BulkSeed: stored as the apiserver stores them, with their IPAddresses, bypassing its O(N^2) ClusterIP allocator), all listed by the apiserver after %s", scaleSecs(created))
+	}
+	logf("%d Services and %d EndpointSlices %s", nsvc, nsvc, objectsHow)
 	scaleResult("binary: %s", binaryNote)
 	scaleResult("machine: host %d cores (%s), load average %s at start", runtime.NumCPU(), scaleHostCPU(),
 		strings.Join(strings.Fields(string(load0))[:3], " "))
 	scaleResult("VM: accel %s (cpu %q), %s vCPUs, %s MiB, kernel %s", accel, cpuf[0], cpuf[1], cpuf[2], cpuf[3])
-	scaleResult("objects: %d ClusterIP Services (1 TCP port) x %d endpoints on this node, one EndpointSlice each, written in %s (%d client goroutines, QPS 500) before any kube-proxy started",
-		nsvc, scaleEndpoints, scaleSecs(created), scaleWorkers)
+	scaleResult("objects: %d ClusterIP Services (1 TCP port) x %d endpoints on this node, one EndpointSlice each, %s, before any kube-proxy started",
+		nsvc, scaleEndpoints, objectsHow)
 	scaleResult("config: framework.KubeProxyConfig(\"\"): mode ipvs, scheduler rr, syncPeriod %s, minSyncPeriod 0s; the same file for every kube-proxy (upstream-nftables: mode nftables and an nftables section with the same periods)", syncPeriod)
 	scaleResult("resolution: a no-op agent exec round trip takes %s (median of %d); IPVS polled every %s at start-up and %s per change, ipsets and iptables every %s",
 		scaleMs(rtt), len(rtts), scaleStartPoll, scaleChangePoll, scaleSlowPoll)
