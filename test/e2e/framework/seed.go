@@ -33,7 +33,7 @@ type seedLine struct {
 // two phases: few enough that each IPAddress meets its Service well within
 // the 60 s after which the apiserver's repair loop deletes an IPAddress whose
 // Service it has not seen.
-const seedChunk = 10000
+const seedChunk = 5000
 
 // BulkSeed puts in place what BulkCreate creates (n ClusterIP Services
 // prefix-<i> with one TCP port 80 "http" targeting 8080, each with one
@@ -50,20 +50,23 @@ const seedChunk = 10000
 // built here and passed to the tool as JSON lines on its stdin, so any eps
 // works; the tool adds what the apiserver adds (defaults, uid,
 // creationTimestamp, ClusterIP, the slice's generation). Per seedChunk
-// Services it first writes the IPAddresses, waits until the apiserver lists
-// them, then writes the Services and slices, as the allocator orders them (the
-// apiserver's ClusterIP repair loop reports a Service whose IPAddress its
-// informer has not seen yet). At the end it lists Services and slices through
-// c (paginated) until all n are there with the ClusterIPs the tool chose. The
-// namespace must exist or is written by the tool. The result is indexed by i,
-// with the objects as the apiserver returns them (ready for an Update without
-// a Get).
+// Services it writes the IPAddresses, waits until the apiserver lists them,
+// writes the Services and slices and waits until it lists those: the
+// allocator's order (the apiserver's ClusterIP repair loop reports a Service
+// whose IPAddress its informer has not seen yet), and no chunk starts before
+// the apiserver has taken in the last, so that its informers do not fall
+// behind (the repair loop deletes an IPAddress whose Service it has not seen
+// 60 s after the IPAddress's creation; it writes it again when it sees the
+// Service). At the end it lists Services and slices through c (paginated)
+// with the ClusterIPs the tool chose. The namespace must exist or is written
+// by the tool. The result is indexed by i, with the objects as the apiserver
+// returns them (ready for an Update without a Get).
 func BulkSeed(ctx context.Context, cp *ControlPlane, c kubernetes.Interface, ns, prefix string, n int, eps func(i int) []Endpoint) ([]BulkService, error) {
 	if cp.EtcdURL == "" || cp.BinDir == "" {
 		return nil, fmt.Errorf("BulkSeed needs a control plane started by StartControlPlane (its etcd URL and tools folder)")
 	}
 	start := time.Now()
-	base, err := countList(c.NetworkingV1().IPAddresses().List(ctx, metav1.ListOptions{Limit: 1}))
+	base, err := countSeedable(ctx, c, ns)
 	if err != nil {
 		return nil, err
 	}
@@ -74,14 +77,8 @@ func BulkSeed(ctx context.Context, cp *ControlPlane, c kubernetes.Interface, ns,
 		if err != nil {
 			return nil, err
 		}
-		err = Eventually(ctx, time.Minute+time.Duration(hi-lo)*3*time.Millisecond, 200*time.Millisecond, func(ctx context.Context) error {
-			if have, err := countList(c.NetworkingV1().IPAddresses().List(ctx, metav1.ListOptions{Limit: 1})); err != nil || have < base+hi {
-				return fmt.Errorf("the apiserver lists %d IPAddresses, want %d (%v)", have, base+hi, err)
-			}
-			return nil
-		})
-		if err != nil {
-			return nil, fmt.Errorf("waiting for the seeded IPAddresses: %w", err)
+		if err := waitListed(ctx, c, ns, seedCounts{ipAddresses: base.ipAddresses + hi}); err != nil {
+			return nil, err
 		}
 		if _, err := runSeed(ctx, cp, "objects", ns, lo, hi, func(i int) seedLine {
 			name := fmt.Sprintf("%s-%d", prefix, i)
@@ -89,21 +86,57 @@ func BulkSeed(ctx context.Context, cp *ControlPlane, c kubernetes.Interface, ns,
 		}); err != nil {
 			return nil, err
 		}
+		if err := waitListed(ctx, c, ns, seedCounts{base.ipAddresses + hi, base.services + hi, base.slices + hi}); err != nil {
+			return nil, err
+		}
 		maps.Copy(ips, got)
 	}
 	wrote := time.Since(start)
-	// The apiserver decodes every key from the watch: past 100,000 objects that
-	// takes it a while on two busy cores.
-	timeout := 2*time.Minute + time.Duration(n)*3*time.Millisecond
-	out, err := listSeeded(ctx, c, ns, prefix, n, ips, timeout)
+	out, err := listSeeded(ctx, c, ns, prefix, n, ips, 2*time.Minute)
 	if err != nil {
 		return nil, err
 	}
 	if cp.logf != nil {
-		cp.logf("seeded %d Services and EndpointSlices into etcd in %s, all listed by the apiserver %s later",
+		cp.logf("seeded %d Services and EndpointSlices into etcd and the apiserver listed them in %s, returned in %s",
 			n, wrote.Round(time.Millisecond), (time.Since(start) - wrote).Round(time.Millisecond))
 	}
 	return out, nil
+}
+
+// seedCounts is how many IPAddresses (all) and Services and EndpointSlices
+// (in a namespace) the apiserver lists.
+type seedCounts struct{ ipAddresses, services, slices int }
+
+// countSeedable counts them, each with a list of one item and its remaining
+// count, which spares listing 100,000 objects.
+func countSeedable(ctx context.Context, c kubernetes.Interface, ns string) (seedCounts, error) {
+	var n seedCounts
+	var err error
+	one := metav1.ListOptions{Limit: 1}
+	if n.ipAddresses, err = countList(c.NetworkingV1().IPAddresses().List(ctx, one)); err != nil {
+		return n, err
+	}
+	if n.services, err = countList(c.CoreV1().Services(ns).List(ctx, one)); err != nil {
+		return n, err
+	}
+	n.slices, err = countList(c.DiscoveryV1().EndpointSlices(ns).List(ctx, one))
+	return n, err
+}
+
+// waitListed waits until the apiserver lists at least want of each.
+func waitListed(ctx context.Context, c kubernetes.Interface, ns string, want seedCounts) error {
+	err := Eventually(ctx, 5*time.Minute, 200*time.Millisecond, func(ctx context.Context) error {
+		have, err := countSeedable(ctx, c, ns)
+		if err == nil && (have.ipAddresses < want.ipAddresses || have.services < want.services || have.slices < want.slices) {
+			err = fmt.Errorf("the apiserver lists %d IPAddresses, %d Services and %d EndpointSlices in %s, want %d, %d, %d",
+				have.ipAddresses, have.services, have.slices, ns, want.ipAddresses, want.services, want.slices)
+		}
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("waiting for the seeded objects: %w", err)
+	}
+	return nil
 }
 
 // seedLineFor is Service i as BulkCreate sends it, with clusterIP set (the
@@ -165,24 +198,13 @@ func runSeed(ctx context.Context, cp *ControlPlane, phase, ns string, lo, hi int
 	return ips, nil
 }
 
-// listSeeded waits until the apiserver lists every seeded Service (with the
-// ClusterIP etcd-seed gave it) and its slice, and returns them indexed by i.
+// listSeeded lists every seeded Service (with the ClusterIP etcd-seed gave
+// it) and its slice, and returns them indexed by i; it retries for a while
+// (the counts BulkSeed waited for may include other objects).
 func listSeeded(ctx context.Context, c kubernetes.Interface, ns, prefix string, n int, ips map[string]string, timeout time.Duration) ([]BulkService, error) {
 	var out []BulkService
 	err := Eventually(ctx, timeout, time.Second, func(ctx context.Context) error {
-		// Counting first (one item and the remaining count) spares full lists
-		// of 100,000 objects while the apiserver catches up.
-		services, err := countList(c.CoreV1().Services(ns).List(ctx, metav1.ListOptions{Limit: 1}))
-		if err != nil {
-			return err
-		}
-		slices, err := countList(c.DiscoveryV1().EndpointSlices(ns).List(ctx, metav1.ListOptions{Limit: 1}))
-		if err != nil {
-			return err
-		}
-		if services < n || slices < n {
-			return fmt.Errorf("the apiserver lists %d Services and %d EndpointSlices in %s, want at least %d of each", services, slices, ns, n)
-		}
+		var err error
 		out, err = collectSeeded(ctx, c, ns, prefix, n, ips)
 		return err
 	})
