@@ -32,7 +32,8 @@
 #
 # Writes OUT/COLUMN/{e2e.log,junit_01.xml,results.tsv,run.json,cluster/}
 # (cluster/: every component's log, the nodes' consoles, the kube-system pods'
-# logs, timings; run.json: the column's command, commit, date, focus, skip
+# logs, each node's kube-proxy metrics at the end (metrics-NODE.txt),
+# timings; run.json: the column's command, commit, date, focus, skip
 # list) and OUT/results.md (report.py: totals, differences, failures, skips
 # with their reasons, one row per spec) from every column folder in OUT, this
 # run's and earlier ones'. Without FOCUS each column with a report is kept as

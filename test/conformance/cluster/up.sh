@@ -119,6 +119,13 @@ cleanup() {
 			timeout 30 ip netns exec "$ns" "$kubectl" --kubeconfig "$run/pki/admin.kubeconfig" -n kube-system \
 				logs --all-containers --prefix "$pod" >"$run/logs/pods/${pod#pod/}.log" 2>&1 || true
 		done
+		# Each node's kube-proxy metrics (sync durations, programming latency): what
+		# the column's proxy cost, read where the suite ran.
+		local node
+		for node in "${names[@]}"; do
+			KPI_NODE_SH_TIMEOUT=30 "$here/node-sh.sh" "$run" "$node" 'curl -s --max-time 10 127.0.0.1:10249/metrics' \
+				>"$run/logs/metrics-$node.txt" 2>&1 || true
+		done
 	fi
 	for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
 	for _ in $(seq 50); do
@@ -308,7 +315,7 @@ log "booting ${names[*]} ($(awk '{print $2}' <<<"$accel" | cut -d, -f1), ${KPI_C
 	printf 'export KUBECONFIG=%q\nexport KPI_CONF_RUN=%q\nexport KPI_CONF_NS=%q\nexport KPI_CONF_NODES=%q\n' \
 		"$p/admin.kubeconfig" "$run" "$ns" "$nodes"
 	printf 'export KPI_CONF_NODE_NAMES=%q\nexport KPI_CONF_NODE_IPS=%q\nexport KPI_CONF_KUBECTL=%q\n' "${names[*]}" "${ips[*]}" "$kubectl"
-	printf 'export KPI_CONF_FAMILIES=%q\nexport KPI_CONF_NODE_IPS6=%q\n' "$families" "${ips6[*]}"
+	printf 'export KPI_CONF_FAMILIES=%q\n' "$families"
 	printf 'export KPI_CONF_BUILD_DIR=%q\nexport KPI_CONF_IMAGES_DIR=%q\nexport KPI_CONF_PROXY_IMAGE=%q\n' "$build" "$images" "$proxy_ref"
 } >"$run/env"
 
