@@ -328,6 +328,7 @@ func checkWriteContract(t *testing.T, h Interface) {
 		{Kind: WriteAddVirtualServer, VS: a},
 		{Kind: WriteAddRealServer, VS: a, RS: rs("10.1.0.1", 1)},
 		{Kind: WriteAddRealServer, VS: a, RS: rs("10.1.0.2", 1)},
+		{Kind: WriteAddRealServer, VS: a, RS: rs("10.1.0.1", 1)},
 		{Kind: WriteAddRealServer, VS: b, RS: rs("10.1.0.1", 1)},
 		{Kind: WriteUpdateRealServer, VS: a, RS: rs("10.1.0.2", 0)},
 		{Kind: WriteAddRealServer, VS: a, RS: rs("fd01::1", 1)},
@@ -338,7 +339,7 @@ func checkWriteContract(t *testing.T, h Interface) {
 		{Kind: WriteAddRealServer, VS: v6, RS: rs("fd01::1", 3)},
 		{Kind: WriteAddVirtualServer, VS: &VirtualServer{Address: net.ParseIP("10.0.0.3"), Protocol: UDP, Port: 53, Scheduler: "nope"}},
 	}
-	want := []string{"ok", "exists", "ok", "ok", "notfound", "ok", "einval", "notfound", "ok", "notfound", "ok", "ok", "notfound"}
+	want := []string{"ok", "exists", "ok", "ok", "exists", "notfound", "ok", "einval", "notfound", "ok", "notfound", "ok", "ok", "notfound"}
 	// Past one chunk: 300 more virtual servers with a real server each.
 	for i := 0; i < 300; i++ {
 		v := &VirtualServer{Address: net.IPv4(10, 0, 1+byte(i/250), byte(i%250)), Protocol: TCP, Port: 443, Scheduler: "rr"}
