@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -53,6 +54,13 @@ type VM struct {
 	logf    Logf
 	exited  chan struct{}
 	image   *Image
+	ready   bool // the agent answered once (set by BootVM)
+	// ackTimeout and lostAfter replace agentproto.AckTimeout and agentLost
+	// when set (tests).
+	ackTimeout, lostAfter time.Duration
+
+	mu   sync.Mutex
+	lost error // set when the agent stopped answering (do)
 }
 
 // Result is the outcome of a command run in the guest.
@@ -150,6 +158,7 @@ func BootVM(ctx context.Context, root string, opts VMOptions, logf Logf) (*VM, e
 		return nil, fmt.Errorf("the VM agent did not answer: %w; console tail:\n%s", err, tail)
 	}
 	logf("VM ready after %s", time.Since(start).Round(time.Second))
+	vm.ready = true
 	ok = true
 	return vm, nil
 }
@@ -218,38 +227,113 @@ func (vm *VM) accept() {
 	}
 }
 
-// do sends one request on one fresh agent connection.
+// agentLost is how long a request may wait, in all, for a connection whose
+// agent acknowledges it before the VM is declared unresponsive (see do).
+const agentLost = 3 * time.Minute
+
+// do sends one request on one fresh agent connection. A connection that does
+// not acknowledge the request within agentproto.AckTimeout never delivered it
+// (agentproto): do drops it and sends the request on the next. A request with
+// no deadline gets 5 minutes. When a request waits agentLost without an
+// acknowledgement the VM is declared unresponsive, with its console tail, and
+// every later request fails at once instead of waiting out its own deadline.
 func (vm *VM) do(ctx context.Context, req agentproto.Request) (agentproto.Response, error) {
 	var resp agentproto.Response
+	if err := vm.lostErr(); err != nil {
+		return resp, err
+	}
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, 5*time.Minute)
+		defer cancel()
+	}
+	ackTimeout, lostAfter := agentproto.AckTimeout, agentLost
+	if vm.ackTimeout != 0 {
+		ackTimeout = vm.ackTimeout
+	}
+	if vm.lostAfter != 0 {
+		lostAfter = vm.lostAfter
+	}
+	start := time.Now()
+	wrap := func(err error) error { return fmt.Errorf("agent request %s %q: %w", req.Op, req.Argv, err) }
 	for {
+		if vm.ready && time.Since(start) > lostAfter {
+			return resp, vm.markLost(wrap(fmt.Errorf("no acknowledgement from the VM agent in %s", time.Since(start).Round(time.Second))))
+		}
+		var lostTimer <-chan time.Time // nil (never) while booting
+		if vm.ready {
+			t := time.NewTimer(lostAfter - time.Since(start))
+			defer t.Stop()
+			lostTimer = t.C
+		}
 		var c net.Conn
 		select {
 		case c = <-vm.conns:
 		case <-vm.exited:
 			return resp, errors.New("the VM exited")
+		case <-lostTimer:
+			return resp, vm.markLost(wrap(fmt.Errorf("no acknowledgement from the VM agent in %s", time.Since(start).Round(time.Second))))
 		case <-ctx.Done():
-			return resp, ctx.Err()
+			return resp, wrap(ctx.Err())
 		}
-		if dl, ok := ctx.Deadline(); ok {
-			_ = c.SetDeadline(dl)
+		dl, _ := ctx.Deadline()
+		ackBy := time.Now().Add(ackTimeout)
+		if dl.Before(ackBy) {
+			ackBy = dl
 		}
+		_ = c.SetDeadline(ackBy)
+		dec := json.NewDecoder(c)
+		var ack agentproto.Response
 		err := json.NewEncoder(c).Encode(req)
 		if err == nil {
-			err = json.NewDecoder(c).Decode(&resp)
+			err = dec.Decode(&ack)
 		}
+		if err == nil && !ack.Accepted {
+			err = fmt.Errorf("the agent answered %+v before acknowledging", ack)
+		}
+		if err != nil {
+			c.Close()
+			if ctx.Err() != nil {
+				return resp, wrap(ctx.Err())
+			}
+			// Not read by the agent (a stale connection it already closed,
+			// or one dead on the way): safe to send again on the next.
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() && vm.logf != nil && req.Op != agentproto.OpPing {
+				vm.logf("agent request %s %q: no acknowledgement in %s, sending it on a fresh connection", req.Op, req.Argv, ackTimeout)
+			}
+			continue
+		}
+		_ = c.SetDeadline(dl)
+		err = dec.Decode(&resp)
 		c.Close()
-		if err == nil {
-			return resp, nil
+		if err != nil {
+			if ctx.Err() != nil {
+				return resp, wrap(ctx.Err())
+			}
+			return resp, wrap(err)
 		}
-		if ctx.Err() != nil {
-			return resp, fmt.Errorf("agent request %s %q: %w", req.Op, req.Argv, ctx.Err())
-		}
-		// A connection that died before carrying the request (socat
-		// restarted, agent still starting): take the next one.
-		if req.Op != agentproto.OpPing && !errors.Is(err, syscall.EPIPE) && !isEOF(err) {
-			return resp, fmt.Errorf("agent request %s %q: %w", req.Op, req.Argv, err)
-		}
+		return resp, nil
 	}
+}
+
+// markLost records that the agent stopped answering and returns the error
+// every later request gets.
+func (vm *VM) markLost(err error) error {
+	tail, _ := tailFile(vm.Console, 30)
+	lost := fmt.Errorf("FAIL LOUDLY: the VM stopped answering (%w); every later request fails at once. Console tail:\n%s", err, tail)
+	vm.mu.Lock()
+	if vm.lost == nil {
+		vm.lost = lost
+	}
+	vm.mu.Unlock()
+	return lost
+}
+
+func (vm *VM) lostErr() error {
+	vm.mu.Lock()
+	defer vm.mu.Unlock()
+	return vm.lost
 }
 
 func isEOF(err error) bool {
@@ -263,7 +347,9 @@ func (vm *VM) Exec(ctx context.Context, argv ...string) (Result, error) {
 	if dl, ok := ctx.Deadline(); ok {
 		timeout = time.Until(dl)
 	}
-	cctx, cancel := context.WithTimeout(ctx, timeout+10*time.Second)
+	// Beyond the command's own timeout: time to send the request again when a
+	// connection lost it (do).
+	cctx, cancel := context.WithTimeout(ctx, timeout+10*time.Second+agentproto.AckTimeout+agentproto.IdleRedial)
 	defer cancel()
 	resp, err := vm.do(cctx, agentproto.Request{Op: agentproto.OpExec, Argv: argv, Timeout: timeout})
 	if err != nil {

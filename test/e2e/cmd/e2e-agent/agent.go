@@ -20,10 +20,13 @@ import (
 
 // runAgent keeps one idle connection open to the host at all times: as soon
 // as a connection receives its request the next one is dialled, so the host
-// can issue requests concurrently.
+// can issue requests concurrently. A connection idle for --idle is closed and
+// replaced, and every request is acknowledged before it is acted on (see
+// agentproto).
 func runAgent(args []string) error {
 	fs := flag.NewFlagSet("agent", flag.ContinueOnError)
 	connect := fs.String("connect", "10.0.2.101:7000", "host control address (a qemu guestfwd)")
+	idle := fs.Duration("idle", agentproto.IdleRedial, "close a connection that carried no request for this long and dial a fresh one")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -34,17 +37,23 @@ func runAgent(args []string) error {
 			time.Sleep(200 * time.Millisecond)
 			continue
 		}
+		_ = conn.SetReadDeadline(time.Now().Add(*idle))
 		var req agentproto.Request
 		if err := json.NewDecoder(conn).Decode(&req); err != nil {
-			// The host closes idle connections when it is done or restarts.
+			// The host closes idle connections when it is done or restarts;
+			// past --idle this one may be dead on the way: replace it.
 			conn.Close()
 			time.Sleep(50 * time.Millisecond)
 			continue
 		}
+		_ = conn.SetReadDeadline(time.Time{})
 		go func() {
 			defer conn.Close()
-			resp := a.handle(req)
-			_ = json.NewEncoder(conn).Encode(resp)
+			enc := json.NewEncoder(conn)
+			if err := enc.Encode(agentproto.Response{Accepted: true}); err != nil {
+				return // the host is gone and will send the request again
+			}
+			_ = enc.Encode(a.handle(req))
 		}()
 	}
 }

@@ -43,8 +43,15 @@ func call(t *testing.T, ln net.Listener, req agentproto.Request) agentproto.Resp
 	if err := json.NewEncoder(c).Encode(req); err != nil {
 		t.Fatal(err)
 	}
-	var resp agentproto.Response
-	if err := json.NewDecoder(c).Decode(&resp); err != nil {
+	dec := json.NewDecoder(c)
+	var ack, resp agentproto.Response
+	if err := dec.Decode(&ack); err != nil {
+		t.Fatal(err)
+	}
+	if !ack.Accepted {
+		t.Fatalf("first answer = %+v, want the acknowledgement", ack)
+	}
+	if err := dec.Decode(&resp); err != nil {
 		t.Fatal(err)
 	}
 	return resp
@@ -63,6 +70,33 @@ func TestAgentExecReportsExitCodeAndOutput(t *testing.T) {
 	resp = call(t, ln, agentproto.Request{Op: agentproto.OpExec, Argv: []string{"sleep", "30"}, Timeout: 300 * time.Millisecond})
 	if !strings.Contains(resp.Error, "timed out") {
 		t.Fatalf("exec past its timeout = %+v, want a timeout error", resp)
+	}
+}
+
+// TestAgentReplacesAnIdleConnection: a connection that carries no request
+// for --idle is closed by the agent, which dials a fresh one that works.
+func TestAgentReplacesAnIdleConnection(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() { _ = runAgent([]string{"--connect", ln.Addr().String(), "--idle", "300ms"}) }()
+	first, err := ln.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer first.Close()
+	start := time.Now()
+	_ = first.SetReadDeadline(start.Add(10 * time.Second))
+	if n, err := first.Read(make([]byte, 1)); err != io.EOF {
+		t.Fatalf("idle connection: read %d bytes, %v; want the agent to close it", n, err)
+	}
+	if waited := time.Since(start); waited < 250*time.Millisecond {
+		t.Fatalf("the agent closed its idle connection after %s, before --idle", waited)
+	}
+	if resp := call(t, ln, agentproto.Request{Op: agentproto.OpPing}); resp.Error != "" {
+		t.Fatalf("ping on the fresh connection = %+v", resp)
 	}
 }
 
