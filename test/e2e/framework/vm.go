@@ -336,10 +336,6 @@ func (vm *VM) lostErr() error {
 	return vm.lost
 }
 
-func isEOF(err error) bool {
-	return err != nil && (errors.Is(err, net.ErrClosed) || err.Error() == "EOF" || errors.Is(err, syscall.ECONNRESET))
-}
-
 // Exec runs argv in the guest (as root, in the root network namespace) and
 // waits for it. The error is set only when the command could not be run.
 func (vm *VM) Exec(ctx context.Context, argv ...string) (Result, error) {
