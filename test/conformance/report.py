@@ -5,12 +5,17 @@
     report.py OUT --doc F                and F (docs/CONFORMANCE.md) when it is the record
     report.py --export OUT/COLUMN FILE   the column as one JSON file (docs/conformance/)
     report.py --tsv OUT/COLUMN           the column's specs, NAME<TAB>STATUS<TAB>SECONDS
+    report.py --names JUNIT REGEX        a regex of the exact names of JUNIT's specs
+                                         (a dry run's) that REGEX matches (alone.txt)
 
 Every column of OUT (upstream-ipvs, ours-iptables, ours-nftables) counts,
 whichever run wrote it: a folder with run.json, or an exported COLUMN.json (how
 the record's columns are kept in the repository, docs/conformance/). In a folder, run.json says the column's command,
-commit, start, time, focus and skip list; junit_01.xml is its ginkgo report (a
-column without one, whose cluster or suite did not finish, shows "no report").
+commit, start, time, focus, skip list and the patterns of the specs run alone;
+junit_01.xml is its ginkgo report (a column without one, whose cluster or suite
+did not finish, shows "no report"), alone/junit_01.xml that of the specs run
+alone after the others (test/conformance/passes.sh), which replaces the first
+report's entry (a skip there) for each spec it ran.
 The columns shown are those with the newest column's focus and address
 families; any other is named and left out. The page is the record, written to
 F, when all three columns ran the whole default focus and have a report.
@@ -75,7 +80,24 @@ def column(out, c):
     meta = json.load(open(p))
     junit = os.path.join(out, c, "junit_01.xml")
     specs = read_column(junit, re.compile(meta["focus"])) if os.path.exists(junit) else None
+    alone = os.path.join(out, c, "alone", "junit_01.xml")
+    if specs is not None and os.path.exists(alone):
+        for n, v in read_column(alone, re.compile(meta["focus"])).items():
+            if v[0] != "skip":
+                specs[n] = v
     return meta, specs
+
+
+def names(junit, regex):
+    """The specs of a dry run's junit report that regex matches, as one regular
+    expression of their exact names (Go's RE2 syntax), "" for none."""
+    rx = re.compile(regex)
+    found = []
+    for tc in ET.parse(junit).getroot().iter("testcase"):
+        name = tc.get("name", "")
+        if name.startswith("[It] ") and tc.find("skipped") is None and rx.search(name[5:]):
+            found.append(re.sub(r"([\\.+*?()|\[\]{}^$])", r"\\\1", name[5:]))
+    return "|".join(sorted(found))
 
 
 def load(out):
@@ -105,6 +127,17 @@ def export(coldir, path):
         f.write("\n")
 
 
+def alone_patterns(shown):
+    """The alone.txt lines of the shown columns (a column older than alone.txt
+    has none), each once."""
+    seen = []
+    for m, _ in shown.values():
+        for x in m.get("alone") or []:
+            if tuple(x) not in seen:
+                seen.append(tuple(x))
+    return seen
+
+
 def header(shown, left_out, skips):
     first = next(iter(shown.values()))[0]
     w = []
@@ -116,6 +149,10 @@ def header(shown, left_out, skips):
     w.append("")
     w.append("- focus: `%s`; skipped by the run: test/conformance/skip.txt (%d pattern%s, below)"
              % (first["focus"], len(skips), "" if len(skips) == 1 else "s"))
+    alone = alone_patterns(shown)
+    if alone:
+        w.append("- run alone, after the others and with one ginkgo process: test/conformance/alone.txt"
+                 " (%d pattern%s, below)" % (len(alone), "" if len(alone) == 1 else "s"))
     w.append("- columns: upstream-ipvs is upstream kube-proxy v1.37.2 `--proxy-mode=ipvs` from kubeadm's")
     w.append("  addon; ours-iptables and ours-nftables are our image with kubeadm's addon objects and")
     w.append("  deploy/kubeadm-extras, `rulesBackend` iptables and nftables")
@@ -213,6 +250,16 @@ def render(out):
             w.append("  - %s (%s)" % (md(n), ", ".join(cs)))
     w.append("")
 
+    alone = alone_patterns(shown)
+    if alone:
+        w.append("## Run alone, and why")
+        w.append("")
+        w.append("On the same cluster after the others, with one ginkgo process (test/conformance/alone.txt):")
+        w.append("")
+        for rx, reason in alone:
+            w.append("- `%s`: %s" % (rx, md(reason)))
+        w.append("")
+
     w.append("## Every spec")
     w.append("")
     w.append("| spec | " + " | ".join(cols) + " |")
@@ -239,11 +286,15 @@ def main(argv):
     if len(argv) == 4 and argv[1] == "--export":
         export(argv[2], argv[3])
         return 0
+    if len(argv) == 4 and argv[1] == "--names":
+        print(names(argv[2], argv[3]))
+        return 0
     if len(argv) == 3 and argv[1] == "--tsv":
         tsv(argv[2])
         return 0
     if len(argv) not in (2, 4) or (len(argv) == 4 and argv[2] != "--doc"):
-        sys.stderr.write("usage: report.py OUT [--doc FILE] | --export OUT/COLUMN FILE | --tsv OUT/COLUMN\n")
+        sys.stderr.write("usage: report.py OUT [--doc FILE] | --export OUT/COLUMN FILE | --tsv OUT/COLUMN"
+                         " | --names JUNIT REGEX\n")
         return 2
     out = argv[1]
     page, record, first = render(out)

@@ -195,3 +195,66 @@ func TestReportTSV(t *testing.T) {
 		t.Errorf("--tsv printed:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 }
+
+// TestReportSpecsRunAlone: a spec the first pass skipped (alone.txt) and the
+// second ran (alone/junit_01.xml) counts with the second's result; a spec the
+// second pass did not run keeps the first's; the page names the pattern and
+// its reason.
+func TestReportSpecsRunAlone(t *testing.T) {
+	const terminating = "[sig-network] Services should fallback to terminating endpoints when there are no ready endpoints with internalTrafficPolicy=Cluster"
+	_, text, _ := report(t, func(out string) {
+		dir := filepath.Join(out, "ours-iptables")
+		edit := func(name, old, new string) {
+			t.Helper()
+			b, err := os.ReadFile(filepath.Join(dir, name))
+			if err == nil && !strings.Contains(string(b), old) {
+				t.Fatalf("%s lacks %q", name, old)
+			}
+			if err == nil {
+				err = os.WriteFile(filepath.Join(dir, name), []byte(strings.Replace(string(b), old, new, 1)), 0o644)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+		edit("junit_01.xml", "  </testsuite>", `    <testcase name="[It] `+terminating+`" status="skipped" time="0"><skipped message="skipped"></skipped></testcase>
+  </testsuite>`)
+		edit("run.json", `"skips": [`, `"alone": [["fallback to terminating", "its checks must fit in a grace period"]], "skips": [`)
+		alone := `<testsuites><testsuite>
+<testcase name="[It] ` + terminating + `" status="passed" time="150.2"></testcase>
+<testcase name="[It] ` + basicSpec + `" status="skipped" time="0"><skipped message="skipped"></skipped></testcase>
+</testsuite></testsuites>`
+		if err := os.MkdirAll(filepath.Join(dir, "alone"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, "alone", "junit_01.xml"), []byte(alone), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	})
+	every := section(t, text, "Every spec")
+	wantIn(t, "every spec", every, "| "+terminating+" | - | pass 150s |", "| "+basicSpec+" | pass 42s | pass 38s |")
+	wantIn(t, "run alone", section(t, text, "Run alone, and why"), "- `fallback to terminating`: its checks must fit in a grace period")
+}
+
+// TestReportNames: --names turns a dry run's report into a regular expression
+// of the exact names its pattern matches, skipped specs and suite nodes left
+// out, every metacharacter escaped.
+func TestReportNames(t *testing.T) {
+	junit := filepath.Join(t.TempDir(), "junit_01.xml")
+	xml := `<testsuites><testsuite>
+<testcase name="[SynchronizedBeforeSuite]" status="passed"></testcase>
+<testcase name="[It] [sig-network] Services should fallback (a) when x=Local" status="passed"></testcase>
+<testcase name="[It] [sig-network] Services should fallback to b" status="skipped"><skipped message="skipped"></skipped></testcase>
+<testcase name="[It] [sig-network] Services should serve" status="passed"></testcase>
+</testsuite></testsuites>`
+	if err := os.WriteFile(junit, []byte(xml), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	b, err := exec.Command("python3", "report.py", "--names", junit, "should fallback").Output()
+	if err != nil {
+		t.Fatalf("report.py --names: %v", err)
+	}
+	if got, want := strings.TrimSpace(string(b)), `\[sig-network\] Services should fallback \(a\) when x=Local`; got != want {
+		t.Errorf("--names printed %q, want %q", got, want)
+	}
+}

@@ -28,7 +28,8 @@
 #   KPI_CONF_E2E  the suite binary in build.sh's bin/ (default e2e.test)
 # Skipped: test/conformance/skip.txt (each line a regular expression and its
 # reason); a skip list that would skip a [Conformance] test of the focus fails
-# the run before any cluster starts.
+# the run before any cluster starts. Run alone, after the others and with one
+# ginkgo process: test/conformance/alone.txt (the same form; passes.sh).
 #
 # Writes OUT/COLUMN/{e2e.log,junit_01.xml,results.tsv,run.json,cluster/}
 # (cluster/: every component's log, the nodes' consoles, the kube-system pods'
@@ -94,6 +95,25 @@ while IFS= read -r line; do
 done <"$here/skip.txt"
 skip=$(IFS='|'; echo "${skips[*]}")
 
+# The specs run alone (alone.txt, the same form): the exact names of those in
+# the focus (and not skipped), as one regular expression for passes.sh.
+alones=()
+while IFS= read -r line; do
+	[[ -z $line || $line == \#* ]] && continue
+	[[ $line == *'  # '* ]] || die "alone.txt: no reason on: $line"
+	alones+=("${line%  # *}")
+done <"$here/alone.txt"
+alone_names() { # the exact-name regex of the focus's specs matching alone.txt
+	local d
+	d=$(mktemp -d)
+	"$e2e" --ginkgo.dry-run --ginkgo.no-color --ginkgo.focus="$focus" ${skip:+--ginkgo.skip="$skip"} \
+		--provider=skeleton --report-dir="$d" >/dev/null 2>&1
+	python3 "$here/report.py" --names "$d/junit_01.xml" "$(IFS='|'; echo "${alones[*]}")"
+	rm -rf "$d"
+}
+alone=''
+((${#alones[@]} == 0)) || alone=$(alone_names)
+
 # No [Conformance] test of the focus may be skipped.
 dry() { # SKIP -> how many [Conformance] specs of the focus would run
 	local d
@@ -107,6 +127,7 @@ all=$(dry '')
 kept=$(dry "$skip")
 [[ -n $all && $all == "$kept" ]] || die "skip.txt skips [Conformance] tests of the focus ($kept of $all would run)"
 log "focus: $focus; $all [Conformance] specs in it, none skipped; ${#skips[@]} skip patterns"
+[[ -z $alone ]] || log "run alone after the others (alone.txt): $(tr '|' '\n' <<<"$alone" | grep -c .) specs"
 
 # One image of ours for every column: HEAD's when the run starts.
 IFS=$'\t' read -r proxy_archive proxy_version < <("$here/cluster/proxy-image.sh")
@@ -132,6 +153,7 @@ write_meta() {
 		KPI_R_PROXY_VERSION=$proxy_version KPI_R_PARALLEL=${PARALLEL:-0} KPI_R_FOCUS=$focus KPI_R_PROCS=$procs \
 		KPI_R_E2E=$(basename "$e2e") KPI_R_GINKGO=$ginkgo_version KPI_R_FAMILIES=$families \
 		KPI_R_RECORD=$([[ -z ${FOCUS:-} ]] && echo 1 || echo 0) KPI_R_SKIPS="$(grep -v '^#' "$here/skip.txt" | grep .)" \
+		KPI_R_ALONE="$(grep -v '^#' "$here/alone.txt" | grep . || true)" \
 		python3 -c '
 import json, os, sys
 e = lambda k: os.environ["KPI_R_" + k]
@@ -141,12 +163,14 @@ json.dump({
     "parallel": e("PARALLEL") == "1", "focus": e("FOCUS"), "procs": e("PROCS"), "e2e": e("E2E"),
     "ginkgo": e("GINKGO"), "families": e("FAMILIES"), "record": e("RECORD") == "1",
     "skips": [l.split("  # ", 1) for l in e("SKIPS").splitlines()],
+    "alone": [l.split("  # ", 1) for l in e("ALONE").splitlines()],
 }, open(sys.argv[1], "w"), indent=1)
 ' "$out/$1/run.json"
 }
 
-# run_column COLUMN: a fresh cluster with that kube-proxy, the suite against it;
-# writes OUT/COLUMN/{e2e.log,junit_01.xml,results.tsv,run.json,cluster/}.
+# run_column COLUMN: a fresh cluster with that kube-proxy, the suite against it
+# (passes.sh: the specs of alone.txt after the others, with one process);
+# writes OUT/COLUMN/{e2e.log,junit_01.xml,alone/junit_01.xml,results.tsv,run.json,cluster/}.
 run_column() {
 	local col=$1 proxy=$1 d=$out/$1 start started rc
 	rm -rf "$d"
@@ -155,9 +179,8 @@ run_column() {
 	start=$SECONDS started=$(date -u +%FT%TZ)
 	set +e
 	KPI_CONF_FAMILIES=$families KPI_CONF_PROXY=$proxy KPI_CONF_BUILD_DIR=$build KPI_CONF_PROXY_ARCHIVE=$proxy_archive KPI_CONF_LOGS_DIR=$d/cluster \
-		"$here/cluster/up.sh" "$bin/ginkgo" --procs="$procs" --no-color --timeout=4h \
-		--focus="$focus" ${skip:+--skip="$skip"} "$e2e" -- \
-		--provider=skeleton --num-nodes="${KPI_CONF_NODES:-2}" --kubectl-path="$bin/kubectl" --report-dir="$d" --disable-log-dump \
+		"$here/cluster/up.sh" "$here/passes.sh" "$bin/ginkgo" "$e2e" "$procs" "$focus" "$skip" "$alone" "$d" \
+		--provider=skeleton --num-nodes="${KPI_CONF_NODES:-2}" --kubectl-path="$bin/kubectl" --disable-log-dump \
 		>"$d/e2e.log" 2>&1
 	rc=$?
 	set -e
