@@ -127,6 +127,15 @@ def export(coldir, path):
         f.write("\n")
 
 
+def patterns(w, intro, pairs):
+    """Appends intro and a list of (pattern, reason) pairs to the lines w."""
+    w.append(intro)
+    w.append("")
+    for rx, reason in pairs:
+        w.append("- `%s`: %s" % (rx, md(reason)))
+    w.append("")
+
+
 def alone_patterns(shown):
     """The alone.txt lines of the shown columns (a column older than alone.txt
     has none), each once."""
@@ -229,11 +238,7 @@ def render(out):
 
     w.append("## Skipped, and why")
     w.append("")
-    w.append("By the run (test/conformance/skip.txt; `[Conformance]` specs are never skipped):")
-    w.append("")
-    for rx, reason in skips:
-        w.append("- `%s`: %s" % (rx, md(reason)))
-    w.append("")
+    patterns(w, "By the run (test/conformance/skip.txt; `[Conformance]` specs are never skipped):", skips)
     w.append("By the suite itself (its own skip message; the column(s) where it skipped):")
     w.append("")
     by_reason = {}
@@ -254,11 +259,7 @@ def render(out):
     if alone:
         w.append("## Run alone, and why")
         w.append("")
-        w.append("On the same cluster after the others, with one ginkgo process (test/conformance/alone.txt):")
-        w.append("")
-        for rx, reason in alone:
-            w.append("- `%s`: %s" % (rx, md(reason)))
-        w.append("")
+        patterns(w, "On the same cluster after the others, with one ginkgo process (test/conformance/alone.txt):", alone)
 
     w.append("## Every spec")
     w.append("")
