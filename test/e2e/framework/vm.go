@@ -254,25 +254,21 @@ func (vm *VM) do(ctx context.Context, req agentproto.Request) (agentproto.Respon
 	if vm.lostAfter != 0 {
 		lostAfter = vm.lostAfter
 	}
-	start := time.Now()
 	wrap := func(err error) error { return fmt.Errorf("agent request %s %q: %w", req.Op, req.Argv, err) }
+	var lost <-chan time.Time // nil (never) while booting
+	if vm.ready {
+		t := time.NewTimer(lostAfter)
+		defer t.Stop()
+		lost = t.C
+	}
 	for {
-		if vm.ready && time.Since(start) > lostAfter {
-			return resp, vm.markLost(wrap(fmt.Errorf("no acknowledgement from the VM agent in %s", time.Since(start).Round(time.Second))))
-		}
-		var lostTimer <-chan time.Time // nil (never) while booting
-		if vm.ready {
-			t := time.NewTimer(lostAfter - time.Since(start))
-			defer t.Stop()
-			lostTimer = t.C
-		}
 		var c net.Conn
 		select {
 		case c = <-vm.conns:
 		case <-vm.exited:
 			return resp, errors.New("the VM exited")
-		case <-lostTimer:
-			return resp, vm.markLost(wrap(fmt.Errorf("no acknowledgement from the VM agent in %s", time.Since(start).Round(time.Second))))
+		case <-lost:
+			return resp, vm.markLost(wrap(fmt.Errorf("no acknowledgement from the VM agent in %s", lostAfter)))
 		case <-ctx.Done():
 			return resp, wrap(ctx.Err())
 		}
@@ -281,16 +277,7 @@ func (vm *VM) do(ctx context.Context, req agentproto.Request) (agentproto.Respon
 		if dl.Before(ackBy) {
 			ackBy = dl
 		}
-		_ = c.SetDeadline(ackBy)
-		dec := json.NewDecoder(c)
-		var ack agentproto.Response
-		err := json.NewEncoder(c).Encode(req)
-		if err == nil {
-			err = dec.Decode(&ack)
-		}
-		if err == nil && !ack.Accepted {
-			err = fmt.Errorf("the agent answered %+v before acknowledging", ack)
-		}
+		dec, err := sendAcknowledged(c, req, ackBy)
 		if err != nil {
 			c.Close()
 			if ctx.Err() != nil {
@@ -309,12 +296,30 @@ func (vm *VM) do(ctx context.Context, req agentproto.Request) (agentproto.Respon
 		c.Close()
 		if err != nil {
 			if ctx.Err() != nil {
-				return resp, wrap(ctx.Err())
+				err = ctx.Err()
 			}
 			return resp, wrap(err)
 		}
 		return resp, nil
 	}
+}
+
+// sendAcknowledged writes req on c and reads the agent's acknowledgement by
+// ackBy; the returned decoder reads the response that follows.
+func sendAcknowledged(c net.Conn, req agentproto.Request, ackBy time.Time) (*json.Decoder, error) {
+	_ = c.SetDeadline(ackBy)
+	if err := json.NewEncoder(c).Encode(req); err != nil {
+		return nil, err
+	}
+	dec := json.NewDecoder(c)
+	var ack agentproto.Response
+	if err := dec.Decode(&ack); err != nil {
+		return nil, err
+	}
+	if !ack.Accepted {
+		return nil, fmt.Errorf("the agent answered %+v before acknowledging", ack)
+	}
+	return dec, nil
 }
 
 // markLost records that the agent stopped answering and returns the error
