@@ -531,12 +531,17 @@ func TestScaleVM(t *testing.T) {
 	scaleResult("objects: %d ClusterIP Services (1 TCP port) x %d endpoints on this node, one EndpointSlice each, %s, before any kube-proxy started",
 		nsvc, scaleEndpoints, objectsHow)
 	scaleResult("config: framework.KubeProxyConfig(\"\"): mode ipvs, scheduler rr, syncPeriod %s, minSyncPeriod 0s; the same file for every kube-proxy (upstream-nftables: mode nftables and an nftables section with the same periods)", syncPeriod)
+	if os.Getenv("KPI_SCALE_DISABLE_COMPRESSION") == "1" {
+		scaleResult("kubeconfig: disable-compression: true for every kube-proxy (KPI_SCALE_DISABLE_COMPRESSION=1): the apiserver sends lists and watches without gzip")
+	}
 	scaleResult("resolution: a no-op agent exec round trip takes %s (median of %d); IPVS polled every %s at start-up and %s per change, ipsets and iptables every %s",
 		scaleMs(rtt), len(rtts), scaleStartPoll, scaleChangePoll, scaleSlowPoll)
 
+	scaleProfileSecs = scaleProfileSeconds(t)
 	var all []*scaleFigures
 	for r, name := range names {
-		p := &vmKubeProxy{name: name, bin: "/kpi/bin/kube-proxy", log: "/tmp/scale-kube-proxy-" + name + ".log"}
+		p := &vmKubeProxy{name: name, bin: "/kpi/bin/kube-proxy", log: "/tmp/scale-kube-proxy-" + name + ".log",
+			disableCompression: os.Getenv("KPI_SCALE_DISABLE_COMPRESSION") == "1"}
 		cfg := config
 		base, args := splitStartSuffix(name)
 		p.args = args
@@ -550,6 +555,9 @@ func TestScaleVM(t *testing.T) {
 			p.rulesBackend = "nftables"
 		default:
 			p.rulesBackend = rulesBackend
+		}
+		if scaleProfileSecs > 0 {
+			cfg = scaleProfileConfig(cfg)
 		}
 		scaleWaitTrash(t, name)
 		all = append(all, scaleRunProxy(t, ctx, bulk, p, r, svcs, nchanges, cfg, syncPeriod))
@@ -694,6 +702,7 @@ func scaleRunProxy(t *testing.T, ctx context.Context, client kubernetes.Interfac
 		"-sets", strings.Join(setsArg, ","), "-iptables", iptText, "-slow-interval", scaleSlowPoll.String())...)
 	markerSeen := scaleWaitMarker(t, ctx, startMarker)
 
+	var prof *scaleProfiling
 	cleaned := false
 	cleanup := func() {
 		if cleaned {
@@ -719,6 +728,11 @@ func scaleRunProxy(t *testing.T, ctx context.Context, client kubernetes.Interfac
 				t.Errorf("keeping the %s kube-proxy log in KPI_SCALE_LOG_DIR=%s: %v", p.name, dir, err)
 			}
 		}
+		if prof != nil {
+			if err := prof.keep(ctx, scaleProfileSecs); err != nil {
+				t.Errorf("KPI_SCALE_PROFILE: %v", err)
+			}
+		}
 		if err := p.stop(ctx); err != nil {
 			t.Errorf("stopping %s kube-proxy: %v", p.name, err)
 		}
@@ -742,6 +756,12 @@ func scaleRunProxy(t *testing.T, ctx context.Context, client kubernetes.Interfac
 	t0 := time.Now()
 	if err := p.start(ctx, config); err != nil {
 		t.Fatal(err)
+	}
+	if scaleProfileSecs > 0 {
+		var err error
+		if prof, err = scaleStartProfile(ctx, p.name, scaleProfileSecs); err != nil {
+			t.Fatal(err)
+		}
 	}
 	var res scaleWaitResult
 	alive := time.NewTicker(5 * time.Second)

@@ -3,6 +3,7 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"os"
@@ -56,10 +57,17 @@ type vmKubeProxy struct {
 	rulesBackend string
 	// args are more command-line arguments.
 	args []string
+	// disableCompression puts disable-compression: true in its kubeconfig: the
+	// apiserver then sends its lists and watches without gzip.
+	disableCompression bool
 }
 
 func (p *vmKubeProxy) start(ctx context.Context, config string) error {
-	if err := vm.WriteFile(ctx, "/kpi/kube-proxy/kubeconfig", cp.ProxyKubeconfig(), 0o600); err != nil {
+	kubeconfig := cp.ProxyKubeconfig()
+	if p.disableCompression {
+		kubeconfig = bytes.Replace(kubeconfig, []byte("\n    server: "), []byte("\n    disable-compression: true\n    server: "), 1)
+	}
+	if err := vm.WriteFile(ctx, "/kpi/kube-proxy/kubeconfig", kubeconfig, 0o600); err != nil {
 		return err
 	}
 	if err := vm.WriteFile(ctx, "/kpi/kube-proxy/config.yaml", []byte(config), 0o644); err != nil {
