@@ -424,3 +424,43 @@ func scaleWriteJSON(t *testing.T, all []*scaleFigures, floor *scaleFloor, nsvc, 
 		t.Errorf("writing KPI_SCALE_JSON=%s: %v", path, err)
 	}
 }
+
+// scaleVMCPU describes, from the poller's "vm" and "self" lines, how busy the
+// VM's vCPUs were from the poller's start to its end, and what the poller
+// itself (a measuring cost every column pays alike) took of it; "" without them.
+func scaleVMCPU(out string) string {
+	var b strings.Builder
+	for _, f := range scaleWaitLines(out, "vm") {
+		if len(f) != 8 {
+			continue
+		}
+		var v [8]float64
+		total := 0.0
+		for i := range v {
+			n, _ := strconv.ParseFloat(f[i], 64)
+			v[i] = n / 100
+			total += v[i]
+		}
+		if total <= 0 {
+			continue
+		}
+		idle := v[3] + v[4]
+		fmt.Fprintf(&b, "the VM's vCPUs %.0f %% busy (user %.1f s, system %.1f s, softirq %.1f s, idle %.1f s of %.1f vCPU-s)",
+			100*(total-idle)/total, v[0]+v[1], v[2]+v[5], v[6], idle, total)
+	}
+	for _, f := range scaleWaitLines(out, "self") {
+		if len(f) != 4 {
+			continue
+		}
+		var v [4]float64
+		for i := range v {
+			n, _ := strconv.ParseFloat(f[i], 64)
+			v[i] = n / 100
+		}
+		if b.Len() > 0 {
+			b.WriteString("; ")
+		}
+		fmt.Fprintf(&b, "the poller's own CPU user %.1f s + system %.1f s (its ipset / iptables-save processes included)", v[0]+v[2], v[1]+v[3])
+	}
+	return b.String()
+}

@@ -956,6 +956,9 @@ wait:
 	say("  IPVS progression (since kube-proxy start: Services complete): %s", strings.Join(progress, "; "))
 	say("  daemon's view after start-up: %s", afterStartText)
 	say("  CPU time from the start to everything programmed: %s; system CPU is %.0f %% of the start-up's wall time", f.cpu, 100*f.cpu.sys()/f.startAll.Seconds())
+	if v := scaleVMCPU(res.out); v != "" {
+		say("  meanwhile (poller start to end): %s", v)
+	}
 
 	// Single-endpoint changes, spread over the Services.
 	var writes []time.Duration

@@ -106,18 +106,9 @@ func cpuTicks(exe string) (t [4]int64, pid int, ok bool) {
 		if l, err := os.Readlink(d + "/exe"); err != nil || l != exe {
 			continue
 		}
-		data, err := os.ReadFile(d + "/stat")
-		if err != nil {
+		var ok bool
+		if t, ok = statTicks(d + "/stat"); !ok {
 			continue
-		}
-		// Fields after the command's closing parenthesis: state is field 3, utime 14.
-		s := string(data)
-		f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
-		if len(f) < 15 {
-			continue
-		}
-		for i := range t {
-			t[i], _ = strconv.ParseInt(f[11+i], 10, 64)
 		}
 		pid, _ = strconv.Atoi(filepath.Base(d))
 		return t, pid, true
@@ -125,7 +116,10 @@ func cpuTicks(exe string) (t [4]int64, pid int, ok bool) {
 	return t, 0, false
 }
 
-// printCPU prints "cpu PID UTIME STIME CUTIME CSTIME" (ticks) of exe's process.
+// printCPU prints "cpu PID UTIME STIME CUTIME CSTIME" (ticks) of exe's process,
+// "self UTIME STIME CUTIME CSTIME" of this poller (its ipset and iptables-save
+// children included) and "vm USER NICE SYSTEM IDLE IOWAIT IRQ SOFTIRQ STEAL":
+// the VM's CPU time (ticks, all vCPUs) since the poller started (vmStart).
 func printCPU(exe string) {
 	if exe == "" {
 		return
@@ -133,6 +127,55 @@ func printCPU(exe string) {
 	if t, pid, ok := cpuTicks(exe); ok {
 		fmt.Printf("cpu %d %d %d %d %d\n", pid, t[0], t[1], t[2], t[3])
 	}
+	if t, ok := statTicks("/proc/self/stat"); ok {
+		fmt.Printf("self %d %d %d %d\n", t[0], t[1], t[2], t[3])
+	}
+	if end, ok := vmTicks(); ok && vmStartOK {
+		fmt.Print("vm")
+		for i := range end {
+			fmt.Printf(" %d", end[i]-vmStart[i])
+		}
+		fmt.Println()
+	}
+}
+
+// vmStart is the VM's CPU time when the poller started.
+var vmStart, vmStartOK = vmTicks()
+
+// vmTicks is the first eight figures of /proc/stat's "cpu" line: user, nice,
+// system, idle, iowait, irq, softirq, steal (ticks, summed over the vCPUs).
+func vmTicks() (t [8]int64, ok bool) {
+	data, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return t, false
+	}
+	line, _, _ := strings.Cut(string(data), "\n")
+	f := strings.Fields(line)
+	if len(f) < 9 || f[0] != "cpu" {
+		return t, false
+	}
+	for i := range t {
+		t[i], _ = strconv.ParseInt(f[1+i], 10, 64)
+	}
+	return t, true
+}
+
+// statTicks is utime, stime, cutime and cstime of a /proc/PID/stat file.
+func statTicks(path string) (t [4]int64, ok bool) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return t, false
+	}
+	// Fields after the command's closing parenthesis: state is field 3, utime 14.
+	s := string(data)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+	if len(f) < 15 {
+		return t, false
+	}
+	for i := range t {
+		t[i], _ = strconv.ParseInt(f[11+i], 10, 64)
+	}
+	return t, true
 }
 
 // listChains prints "chain NAME" for every chain of table ("ip/kube-proxy")
