@@ -43,9 +43,25 @@ func (o *outcome) fail(f failure) { o.failures = append(o.failures, f) }
 // object explains (a tool that does not run, a base rule the kernel refuses), after
 // which the caller forgets p.applied. ct collects the UDP and SCTP virtual servers
 // whose real servers changed (nil: not wanted).
+//
+// A bind step of at least bindBesideMin addresses runs beside the rules steps after
+// it (bindsBeside): binding addresses (rtnetlink) and writing sets and rules are
+// independent kernel work, and a start-up has one address per Service to bind. The
+// IPVS step waits for the binds: it holds back the virtual servers of a Service
+// whose address the kernel refused.
 func (p *Proxier) run(ctx context.Context, pl *syncPlan, stats *SyncStats, ct *[]conntrackTarget) (*outcome, error) {
 	out := &outcome{}
+	var beside *bindsBeside
+	defer func() { beside.join(p.clock, stats, out) }()
 	for _, s := range pl.steps {
+		if b, ok := s.(bindStep); ok && len(b.addrs) >= bindBesideMin && beside == nil {
+			beside = p.startBinds(ctx, b.addrs)
+			continue
+		}
+		if !runsBesideBinds(s) {
+			beside.join(p.clock, stats, out)
+			beside = nil
+		}
 		if err := p.runStep(ctx, s, stats, ct, out); err != nil {
 			return out, err
 		}
@@ -54,6 +70,60 @@ func (p *Proxier) run(ctx context.Context, pl *syncPlan, stats *SyncStats, ct *[
 		}
 	}
 	return out, nil
+}
+
+// bindBesideMin is the smallest bind step that runs beside the steps after it: a
+// change binds one address or none, a start-up one per Service.
+const bindBesideMin = 256
+
+// bindsBeside is a bind step running in a goroutine of its own, with its own
+// counters and failures, merged into the sync's when it is joined.
+type bindsBeside struct {
+	done  chan struct{}
+	stats SyncStats
+	out   outcome
+	took  time.Duration
+}
+
+// startBinds binds addrs in a goroutine. It writes only p.applied.addrs, which no
+// step that may run beside it reads or writes (runsBesideBinds), and reads the
+// index, which no step writes.
+func (p *Proxier) startBinds(ctx context.Context, addrs []string) *bindsBeside {
+	b := &bindsBeside{done: make(chan struct{})}
+	start := p.clock.Now()
+	go func() {
+		defer close(b.done)
+		p.bind(ctx, addrs, &b.stats, &b.out)
+		b.took = p.clock.Since(start)
+	}()
+	return b
+}
+
+// runsBesideBinds says whether a step may run while addresses are being bound: the
+// rules backend's steps touch neither the addresses nor p.applied.addrs, and do not
+// depend on the binds' outcome. The IPVS step does (executeIPVS), and an unbind, a
+// drain check or a removal of leftovers waits as well.
+func runsBesideBinds(s step) bool {
+	_, ok := s.(rules.Step)
+	return ok
+}
+
+// join waits for the binds and adds their counters and failures to the sync's.
+// Its phases: "binds-wait", the time the sync waited for them (0 when they were
+// done), and "binds-beside", how long they took beside the other steps (not part
+// of the sync's elapsed time twice: it overlaps the phases before it).
+func (b *bindsBeside) join(clk clock.PassiveClock, stats *SyncStats, out *outcome) {
+	if b == nil {
+		return
+	}
+	<-b.done
+	stats.AddressOps += b.stats.AddressOps
+	for op, n := range b.stats.ops {
+		stats.ops[op] += n
+	}
+	out.failures = append(out.failures, b.out.failures...)
+	stats.phase(clk.Now(), "binds-wait")
+	stats.phases = append(stats.phases, syncPhase{"binds-beside", b.took})
 }
 
 // runBeside carries out a plan beside the sync loop. Its steps touch nothing the

@@ -1,0 +1,173 @@
+package ipvs
+
+import (
+	"context"
+	"net"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+
+	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/ipfamily"
+	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/netlink"
+)
+
+// bindGate holds a bind of many addresses until the set writes have begun (or
+// 5 s have passed), and says whether they had: the binds ran beside them.
+type bindGate struct {
+	netlink.Handle
+	setsBegan  <-chan struct{}
+	overlapped atomic.Bool
+	bigBinds   atomic.Int32
+}
+
+func (g *bindGate) BindAddresses(ctx context.Context, ips []net.IP, dev string) []error {
+	if len(ips) >= bindBesideMin {
+		g.bigBinds.Add(1)
+		select {
+		case <-g.setsBegan:
+			g.overlapped.Store(true)
+		case <-time.After(5 * time.Second):
+		}
+	}
+	return g.Handle.BindAddresses(ctx, ips, dev)
+}
+
+func phaseNames(st SyncStats) string {
+	var names []string
+	for _, ph := range st.phases {
+		names = append(names, ph.name)
+	}
+	return strings.Join(names, " ")
+}
+
+// TestLargeBindRunsBesideSetWrites: a sync binding hundreds of addresses (a
+// start-up) binds them while it writes the sets, and ends with every address
+// bound and counted, and every virtual server written.
+func TestLargeBindRunsBesideSetWrites(t *testing.T) {
+	const n = 300
+	e := newTestEnv(t, v1.IPv4Protocol)
+	setsBegan := make(chan struct{})
+	var once sync.Once
+	e.ipset.InjectError = func(_ int, line string) error {
+		if strings.HasPrefix(line, "add ") {
+			once.Do(func() { close(setsBegan) })
+		}
+		return nil
+	}
+	gate := &bindGate{Handle: e.nl, setsBegan: setsBegan}
+	e.p.kernel.Netlink = gate
+	for _, o := range manyServices(n) {
+		e.add(o)
+	}
+	e.p.OnServiceSynced()
+	e.p.OnEndpointSlicesSynced() // the first, full sync
+	st := e.p.LastSyncStats()
+	if st.Err != nil || !st.Full {
+		t.Fatalf("first sync: full=%v err=%v", st.Full, st.Err)
+	}
+
+	if gate.bigBinds.Load() != 1 {
+		t.Fatalf("%d binds of %d or more addresses, want 1", gate.bigBinds.Load(), bindBesideMin)
+	}
+	if !gate.overlapped.Load() {
+		t.Errorf("the bind of %d addresses did not run beside the set writes (phases %s)", n, phaseNames(st))
+	}
+	if got := strings.Count(e.ipvs.Dump(), "\n  ->"); got != 2*n { // manyServices: two endpoints each
+		t.Errorf("%d real servers in IPVS, want %d", got, 2*n)
+	}
+	bound, err := e.nl.ListBindAddress(context.Background(), netlink.DefaultDummyDevice, ipfamily.IPv4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(bound) != n || e.p.applied.addrs.Len() != n {
+		t.Errorf("%d addresses on %s, %d applied; want %d", len(bound), netlink.DefaultDummyDevice, e.p.applied.addrs.Len(), n)
+	}
+	if st.AddressOps != n || st.ops[opBindAddress] != n {
+		t.Errorf("AddressOps %d, bind ops %d; want %d", st.AddressOps, st.ops[opBindAddress], n)
+	}
+	if names := phaseNames(st); !strings.Contains(names, "binds-wait") || !strings.Contains(names, "binds-beside") || strings.Contains(names, " binds ") {
+		t.Errorf("phases %q: want binds-wait and binds-beside instead of binds", names)
+	}
+	if st.Failed != 0 {
+		t.Errorf("failed %d", st.Failed)
+	}
+}
+
+// TestRefusedBindBesideHoldsBackItsServiceOnly: the kernel refusing one address of
+// a bind that runs beside the set writes holds back that Service alone (its
+// virtual server is not written: the IPVS step waits for the binds), the sync stays
+// good, and the retry binds it and writes the virtual server.
+func TestRefusedBindBesideHoldsBackItsServiceOnly(t *testing.T) {
+	const n = 300
+	e := newTestEnv(t, v1.IPv4Protocol)
+	f := &stickyFault{n: 123}
+	e.p.kernel.Netlink = &faultyNetlink{Handle: e.nl, f: f}
+	for _, o := range manyServices(n) {
+		e.add(o)
+	}
+	e.p.OnServiceSynced()
+	e.p.OnEndpointSlicesSynced() // the first, full sync
+	st := e.p.LastSyncStats()
+	if st.Err != nil || !st.Full {
+		t.Fatalf("first sync: full=%v err=%v", st.Full, st.Err)
+	}
+	if f.object == "" {
+		t.Fatal("no address was refused")
+	}
+	// Two failures: the address, and its virtual server waiting for it.
+	if st.Failed != 2 || e.p.needFull {
+		t.Fatalf("refusal of %q: failed=%d needFull=%v, want 2 and false", f.object, st.Failed, e.p.needFull)
+	}
+	held := map[string]bool{}
+	for _, h := range e.p.HeldBack() {
+		for _, s := range h.Services {
+			held[s] = true
+		}
+	}
+	if len(held) != 1 {
+		t.Fatalf("held back %v, want one Service", held)
+	}
+	if e.p.applied.addrs.Len() != n-1 || st.AddressOps != n {
+		t.Errorf("%d addresses applied, %d address ops; want %d and %d", e.p.applied.addrs.Len(), st.AddressOps, n-1, n)
+	}
+	if !strings.Contains(phaseNames(st), "binds-beside") {
+		t.Errorf("phases %q: the bind did not run beside", phaseNames(st))
+	}
+	vip := strings.TrimPrefix(f.object, "bind ") + ":80"
+	if strings.Contains(e.ipvs.Dump(), vip) {
+		t.Errorf("virtual server %s written although its address was refused", vip)
+	}
+
+	f.cleared = true
+	e.clock.Step(time.Second)
+	if st := e.mustSync(); st.Failed != 0 {
+		t.Fatalf("retry failed %d", st.Failed)
+	}
+	if e.p.applied.addrs.Len() != n || len(e.p.HeldBack()) != 0 {
+		t.Errorf("after the retry: %d addresses applied, held back %+v", e.p.applied.addrs.Len(), e.p.HeldBack())
+	}
+	if !strings.Contains(e.ipvs.Dump(), vip) {
+		t.Errorf("virtual server %s missing after the retry", vip)
+	}
+}
+
+// TestSmallBindRunsInOrder: a change's few addresses are bound in the plan's
+// order, before the IPVS writes, as before.
+func TestSmallBindRunsInOrder(t *testing.T) {
+	e := newTestEnv(t, v1.IPv4Protocol)
+	e.start()
+	for _, o := range manyServices(3) {
+		e.add(o)
+	}
+	st := e.mustSync()
+	if names := phaseNames(st); !strings.Contains(names, "binds") || strings.Contains(names, "binds-beside") {
+		t.Errorf("phases %q: want binds in order", names)
+	}
+	if e.p.applied.addrs.Len() != 3 {
+		t.Errorf("%d addresses applied, want 3", e.p.applied.addrs.Len())
+	}
+}
