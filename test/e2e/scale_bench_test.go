@@ -464,3 +464,44 @@ func scaleVMCPU(out string) string {
 	}
 	return b.String()
 }
+
+// scaleQuietMax bounds the wait for a column's leftover processes and its cleanup.
+const scaleQuietMax = 30 * time.Minute
+
+// scaleKernelWriters are the processes (by their 15-character comm) that write
+// what a column measures: the daemons and the tools they run.
+var scaleKernelWriters = map[string]bool{
+	"kube-proxy": true, "kube-proxy-upst": true, "nft": true, "ipset": true, "ipvsadm": true,
+	"iptables": true, "ip6tables": true, "iptables-restor": true, "ip6tables-resto": true,
+	"iptables-nft-re": true, "ip6tables-nft-r": true, "iptables-legacy": true, "ip6tables-legac": true,
+}
+
+// scaleWaitQuiet waits until no kernel writer runs in the VM: a daemon killed in
+// the middle of a large write can leave an nft or ipset child that goes on for
+// minutes, holding the kernel's locks, and the next column would measure it (at
+// 50,000 Services ours' first `ipset list` hung behind one for 15 minutes). It
+// fails the test after scaleQuietMax.
+func scaleWaitQuiet(t *testing.T, ctx context.Context, after string) {
+	t.Helper()
+	start := time.Now()
+	var left []string
+	for {
+		out, err := vm.Sh(ctx, "ps -eo pid=,stat=,comm=")
+		left = left[:0]
+		for _, l := range strings.Split(out, "\n") {
+			if f := strings.Fields(l); len(f) == 3 && scaleKernelWriters[f[2]] {
+				left = append(left, strings.Join(f, " "))
+			}
+		}
+		if err == nil && len(left) == 0 {
+			break
+		}
+		if time.Since(start) > scaleQuietMax {
+			t.Fatalf("after %s: processes still running in the VM after %s (pid stat comm): %s", after, scaleQuietMax, strings.Join(left, "; "))
+		}
+		time.Sleep(2 * time.Second)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		logf("after %s: waited %s for leftover processes to end", after, scaleSecs(d))
+	}
+}

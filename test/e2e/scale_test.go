@@ -736,6 +736,9 @@ func scaleRunProxy(t *testing.T, ctx context.Context, client kubernetes.Interfac
 		if err := p.stop(ctx); err != nil {
 			t.Errorf("stopping %s kube-proxy: %v", p.name, err)
 		}
+		// What the daemon started may outlive it (an nft or ipset child in the
+		// middle of a large write): the cleanup and the next column wait for it.
+		scaleWaitQuiet(t, ctx, p.name+" stopped")
 		// Leave the node as the next run and the other scenarios expect it:
 		// nothing (our --cleanup also removes upstream's ipvs-mode state).
 		s := time.Now()
@@ -743,11 +746,16 @@ func scaleRunProxy(t *testing.T, ctx context.Context, client kubernetes.Interfac
 		if err := vm.WriteFile(ctx, "/tmp/scale-cleanup-config.yaml", []byte(framework.KubeProxyConfig("")), 0o644); err != nil {
 			t.Errorf("writing the cleanup config: %v", err)
 		}
-		r, err := vm.Exec(ctx, "/kpi/bin/kube-proxy", "--cleanup", "--config=/tmp/scale-cleanup-config.yaml", "--v=0")
+		// Removing a table of 50,000 Services takes minutes under TCG: the
+		// cleanup gets scaleQuietMax, not Exec's default 2 minutes.
+		cctx, ccancel := context.WithTimeout(ctx, scaleQuietMax)
+		r, err := vm.Exec(cctx, "/kpi/bin/kube-proxy", "--cleanup", "--config=/tmp/scale-cleanup-config.yaml", "--v=0")
+		ccancel()
 		if err != nil || r.ExitCode != 0 {
 			t.Errorf("kube-proxy --cleanup: %v exit %d %s", err, r.ExitCode, r.Stderr)
 		}
 		logf("[%s] kube-proxy --cleanup took %s", p.name, scaleSecs(time.Since(s)))
+		scaleWaitQuiet(t, ctx, p.name+" --cleanup")
 		scaleTrashEmptyAt = time.Now().Add(scaleTrashWait)
 	}
 	t.Cleanup(cleanup)
