@@ -15,23 +15,18 @@ import (
 	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/netlink"
 )
 
-// bindGate holds a bind of many addresses until the set writes have begun (or
-// 5 s have passed), and says whether they had: the binds ran beside them.
-type bindGate struct {
+// bindSignal closes began when a bind of many addresses starts.
+type bindSignal struct {
 	netlink.Handle
-	setsBegan  <-chan struct{}
-	overlapped atomic.Bool
-	bigBinds   atomic.Int32
+	once     sync.Once
+	began    chan struct{}
+	bigBinds atomic.Int32
 }
 
-func (g *bindGate) BindAddresses(ctx context.Context, ips []net.IP, dev string) []error {
+func (g *bindSignal) BindAddresses(ctx context.Context, ips []net.IP, dev string) []error {
 	if len(ips) >= bindBesideMin {
 		g.bigBinds.Add(1)
-		select {
-		case <-g.setsBegan:
-			g.overlapped.Store(true)
-		case <-time.After(5 * time.Second):
-		}
+		g.once.Do(func() { close(g.began) })
 	}
 	return g.Handle.BindAddresses(ctx, ips, dev)
 }
@@ -45,20 +40,29 @@ func phaseNames(st SyncStats) string {
 }
 
 // TestLargeBindRunsBesideSetWrites: a sync binding hundreds of addresses (a
-// start-up) binds them while it writes the sets, and ends with every address
+// start-up) binds them while it writes the sets (which come before the binds in
+// its plan), and ends with every address
 // bound and counted, and every virtual server written.
 func TestLargeBindRunsBesideSetWrites(t *testing.T) {
 	const n = 300
 	e := newTestEnv(t, v1.IPv4Protocol)
-	setsBegan := make(chan struct{})
+	// The first set write waits (up to 5 s) for the binds to begin: they must
+	// begin beside it, not after it.
+	gate := &bindSignal{Handle: e.nl, began: make(chan struct{})}
+	var overlapped atomic.Bool
 	var once sync.Once
 	e.ipset.InjectError = func(_ int, line string) error {
 		if strings.HasPrefix(line, "add ") {
-			once.Do(func() { close(setsBegan) })
+			once.Do(func() {
+				select {
+				case <-gate.began:
+					overlapped.Store(true)
+				case <-time.After(5 * time.Second):
+				}
+			})
 		}
 		return nil
 	}
-	gate := &bindGate{Handle: e.nl, setsBegan: setsBegan}
 	e.p.kernel.Netlink = gate
 	for _, o := range manyServices(n) {
 		e.add(o)
@@ -73,7 +77,7 @@ func TestLargeBindRunsBesideSetWrites(t *testing.T) {
 	if gate.bigBinds.Load() != 1 {
 		t.Fatalf("%d binds of %d or more addresses, want 1", gate.bigBinds.Load(), bindBesideMin)
 	}
-	if !gate.overlapped.Load() {
+	if !overlapped.Load() {
 		t.Errorf("the bind of %d addresses did not run beside the set writes (phases %s)", n, phaseNames(st))
 	}
 	if got := strings.Count(e.ipvs.Dump(), "\n  ->"); got != 2*n { // manyServices: two endpoints each

@@ -44,19 +44,34 @@ func (o *outcome) fail(f failure) { o.failures = append(o.failures, f) }
 // which the caller forgets p.applied. ct collects the UDP and SCTP virtual servers
 // whose real servers changed (nil: not wanted).
 //
-// A bind step of at least bindBesideMin addresses runs beside the rules steps after
-// it (bindsBeside): binding addresses (rtnetlink) and writing sets and rules are
+// A bind step of at least bindBesideMin addresses runs beside the rules steps
+// around it (bindsBeside): binding addresses (rtnetlink) and writing sets and rules are
 // independent kernel work, and a start-up has one address per Service to bind. The
 // IPVS step waits for the binds: it holds back the virtual servers of a Service
 // whose address the kernel refused.
 func (p *Proxier) run(ctx context.Context, pl *syncPlan, stats *SyncStats, ct *[]conntrackTarget) (*outcome, error) {
 	out := &outcome{}
+	// The plan's large bind step, if any, starts as early as the steps before it
+	// allow: at the first of the rules steps just before it (the set writes, in a
+	// start-up), or at its own place.
+	bindAt, startAt := -1, -1
+	for i, s := range pl.steps {
+		if b, ok := s.(bindStep); ok && len(b.addrs) >= bindBesideMin {
+			bindAt, startAt = i, i
+			for startAt > 0 && runsBesideBinds(pl.steps[startAt-1]) {
+				startAt--
+			}
+			break
+		}
+	}
 	var beside *bindsBeside
 	defer func() { beside.join(p.clock, stats, out) }()
-	for _, s := range pl.steps {
-		if b, ok := s.(bindStep); ok && len(b.addrs) >= bindBesideMin && beside == nil {
-			beside = p.startBinds(ctx, b.addrs)
-			continue
+	for i, s := range pl.steps {
+		if i == startAt {
+			beside = p.startBinds(ctx, pl.steps[bindAt].(bindStep).addrs)
+		}
+		if i == bindAt {
+			continue // running beside since startAt
 		}
 		if !runsBesideBinds(s) {
 			beside.join(p.clock, stats, out)
