@@ -46,7 +46,7 @@ if ! out=$(unshare --net bash -c '
 fi
 
 pkgs=("$@")
-((${#pkgs[@]} > 0)) || pkgs=(./pkg/... ./cmd/...)
+((${#pkgs[@]} > 0)) || pkgs=(./pkg/... ./cmd/... ./test/e2e/cmd/...)
 
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT

@@ -24,8 +24,9 @@
 //	    -all, only the sets and the rules are waited for); with -iptables,
 //	    until `iptables-save -t nat` or `iptables-legacy-save -t nat` contains
 //	    TEXT ("iptables MS BACKEND"). Those two are
-//	    read by running ipset / iptables-save every -slow-interval (a process
-//	    costs ~80 ms under TCG).
+//	    read every -slow-interval: the set sizes over netlink (`ipset list -t`
+//	    if that fails), the rules by running iptables-save, only once the sets
+//	    are complete (a process costs ~80 ms under TCG).
 //	    To stay cheap next to the daemon it measures, a poll is one dump of the
 //	    virtual servers plus one read per present, not yet complete, one; a
 //	    virtual server once complete is not read again.
@@ -278,7 +279,9 @@ func (w *slowWaits) poll(start time.Time) bool {
 		}
 		done = done && s.done
 	}
-	if !w.iptDone {
+	if !w.iptDone && done {
+		// Read once the sets are complete (the rule that uses them is written
+		// after them): each read is two processes.
 		// Either backend: upstream kube-proxy picks legacy or nft itself.
 		for _, save := range []string{"iptables-save", "iptables-legacy-save"} {
 			out, err := exec.Command(save, "-t", "nat").Output()
@@ -334,6 +337,9 @@ func setMembers(name string) int {
 			return -1
 		}
 		return len(elems)
+	}
+	if n, err := ipsetEntries(name); err == nil {
+		return n
 	}
 	out, err := exec.Command("ipset", "list", "-t", name).Output()
 	if err != nil {
