@@ -31,6 +31,22 @@ func (g *bindSignal) BindAddresses(ctx context.Context, ips []net.IP, dev string
 	return g.Handle.BindAddresses(ctx, ips, dev)
 }
 
+// startWith delivers objs as the initial lists and returns the first, full
+// sync's stats (the sync that ends the lists runs it).
+func startWith(e *testEnv, objs []any) SyncStats {
+	e.t.Helper()
+	for _, o := range objs {
+		e.add(o)
+	}
+	e.p.OnServiceSynced()
+	e.p.OnEndpointSlicesSynced()
+	st := e.p.LastSyncStats()
+	if st.Err != nil || !st.Full {
+		e.t.Fatalf("first sync: full=%v err=%v", st.Full, st.Err)
+	}
+	return st
+}
+
 func phaseNames(st SyncStats) string {
 	var names []string
 	for _, ph := range st.phases {
@@ -64,15 +80,7 @@ func TestLargeBindRunsBesideSetWrites(t *testing.T) {
 		return nil
 	}
 	e.p.kernel.Netlink = gate
-	for _, o := range manyServices(n) {
-		e.add(o)
-	}
-	e.p.OnServiceSynced()
-	e.p.OnEndpointSlicesSynced() // the first, full sync
-	st := e.p.LastSyncStats()
-	if st.Err != nil || !st.Full {
-		t.Fatalf("first sync: full=%v err=%v", st.Full, st.Err)
-	}
+	st := startWith(e, manyServices(n))
 
 	if gate.bigBinds.Load() != 1 {
 		t.Fatalf("%d binds of %d or more addresses, want 1", gate.bigBinds.Load(), bindBesideMin)
@@ -110,15 +118,7 @@ func TestRefusedBindBesideHoldsBackItsServiceOnly(t *testing.T) {
 	e := newTestEnv(t, v1.IPv4Protocol)
 	f := &stickyFault{n: 123}
 	e.p.kernel.Netlink = &faultyNetlink{Handle: e.nl, f: f}
-	for _, o := range manyServices(n) {
-		e.add(o)
-	}
-	e.p.OnServiceSynced()
-	e.p.OnEndpointSlicesSynced() // the first, full sync
-	st := e.p.LastSyncStats()
-	if st.Err != nil || !st.Full {
-		t.Fatalf("first sync: full=%v err=%v", st.Full, st.Err)
-	}
+	st := startWith(e, manyServices(n))
 	if f.object == "" {
 		t.Fatal("no address was refused")
 	}

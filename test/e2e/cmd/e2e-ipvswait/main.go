@@ -143,33 +143,82 @@ func rsKeys(rss []*ipvs.RealServer) string {
 	return strings.Join(keys, ",")
 }
 
-func run(ready, vsKey, rsKey, all string, interval, timeout time.Duration, slow *slowWaits) error {
-	var wants []want
-	single := all == "" && vsKey != ""
+// readWants is the one virtual server of -vs/-rs (single) or the lines of -all.
+func readWants(single bool, vsKey, rsKey, all string) ([]want, error) {
 	if single {
 		vs, err := parseVS(vsKey)
 		if err != nil {
-			return err
+			return nil, err
 		}
-		wants = []want{{vs: vs, rss: rsKey}}
-	} else if all != "" {
-		data, err := os.ReadFile(all)
+		return []want{{vs: vs, rss: rsKey}}, nil
+	}
+	if all == "" {
+		return nil, nil
+	}
+	data, err := os.ReadFile(all)
+	if err != nil {
+		return nil, err
+	}
+	var wants []want
+	for _, line := range strings.Split(strings.TrimSpace(string(data)), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 2 {
+			continue
+		}
+		vs, err := parseVS(f[0])
 		if err != nil {
-			return err
+			return nil, err
 		}
-		for _, line := range strings.Split(strings.TrimSpace(string(data)), "\n") {
-			f := strings.Fields(line)
-			if len(f) < 2 {
-				continue
-			}
-			vs, err := parseVS(f[0])
-			if err != nil {
-				return err
-			}
-			rss := append([]string(nil), f[1:]...)
-			sort.Strings(rss)
-			wants = append(wants, want{vs: vs, rss: strings.Join(rss, ",")})
+		rss := append([]string(nil), f[1:]...)
+		sort.Strings(rss)
+		wants = append(wants, want{vs: vs, rss: strings.Join(rss, ",")})
+	}
+	return wants, nil
+}
+
+// pollAll is one poll of the -all wait: one dump of the virtual servers and, once
+// every wanted one is there, one bulk read of them all with their real servers,
+// marking those that hold what they should. It returns how many are present.
+func pollAll(ctx context.Context, c *ipvs.Client, af ipfamily.Family, wants []want, done []bool, complete *int) (int, error) {
+	vss, err := c.GetVirtualServers(ctx)
+	if err != nil {
+		return 0, err
+	}
+	have := make(map[string]bool, len(vss))
+	for _, vs := range vss {
+		have[vs.Key()] = true
+	}
+	present := 0
+	for _, w := range wants {
+		if have[w.vs.Key()] {
+			present++
 		}
+	}
+	if present < len(wants) {
+		return present, nil
+	}
+	dumps, err := c.GetAll(ctx, af, nil)
+	if err != nil {
+		return present, err
+	}
+	got := make(map[string]string, len(dumps))
+	for _, d := range dumps {
+		got[d.VirtualServer.Key()] = rsKeys(d.RealServers)
+	}
+	for i, w := range wants {
+		if !done[i] && got[w.vs.Key()] == w.rss {
+			done[i] = true
+			*complete++
+		}
+	}
+	return present, nil
+}
+
+func run(ready, vsKey, rsKey, all string, interval, timeout time.Duration, slow *slowWaits) error {
+	single := all == "" && vsKey != ""
+	wants, err := readWants(single, vsKey, rsKey, all)
+	if err != nil {
+		return err
 	}
 	var c *ipvs.Client
 	if len(wants) > 0 { // only sets and rules to wait for (upstream's nftables mode): no IPVS
@@ -202,36 +251,9 @@ func run(ready, vsKey, rsKey, all string, interval, timeout time.Duration, slow 
 			}
 			present = complete // not read on its own here
 		} else if len(wants) > 0 && complete < len(wants) {
-			// One dump of the virtual servers a poll; once every wanted one is
-			// there, one bulk read of them all with their real servers.
-			vss, err := c.GetVirtualServers(ctx)
-			if err != nil {
+			var err error
+			if present, err = pollAll(ctx, c, af, wants, done, &complete); err != nil {
 				return err
-			}
-			have := make(map[string]bool, len(vss))
-			for _, vs := range vss {
-				have[vs.Key()] = true
-			}
-			for _, w := range wants {
-				if have[w.vs.Key()] {
-					present++
-				}
-			}
-			if present == len(wants) {
-				dumps, err := c.GetAll(ctx, af, nil)
-				if err != nil {
-					return err
-				}
-				got := make(map[string]string, len(dumps))
-				for _, d := range dumps {
-					got[d.VirtualServer.Key()] = rsKeys(d.RealServers)
-				}
-				for i, w := range wants {
-					if !done[i] && got[w.vs.Key()] == w.rss {
-						done[i] = true
-						complete++
-					}
-				}
 			}
 		}
 		elapsed := time.Since(start).Milliseconds()
