@@ -487,13 +487,18 @@ func scaleWaitQuiet(t *testing.T, ctx context.Context, after string) {
 	var left []string
 	for {
 		out, err := vm.Sh(ctx, "ps -eo pid=,stat=,comm=")
+		if err != nil {
+			// The VM does not answer (or ps failed): waiting cannot help.
+			t.Errorf("after %s: reading the VM's processes: %v", after, err)
+			return
+		}
 		left = left[:0]
 		for _, l := range strings.Split(out, "\n") {
 			if f := strings.Fields(l); len(f) == 3 && scaleKernelWriters[f[2]] {
 				left = append(left, strings.Join(f, " "))
 			}
 		}
-		if err == nil && len(left) == 0 {
+		if len(left) == 0 {
 			break
 		}
 		if time.Since(start) > scaleQuietMax {
