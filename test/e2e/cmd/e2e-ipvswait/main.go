@@ -34,6 +34,11 @@
 //	    /proc/net/ip_vs), and a virtual server once complete is not read again.
 //	    (Reading each new virtual server's real servers as it appeared cost the
 //	    poller 18 s of CPU at 10,000 and confirmed the end 8 s late.)
+//	    Both intervals stretch with the tables: after a read that took D the
+//	    next comes no sooner than paceFactor x D, so the poller takes at most a
+//	    quarter of a CPU however large the tables grow (at 50,000 x 4 fixed
+//	    intervals cost it 157 s of the VM's CPU during a 276 s start).
+//	    "pace FAST_MS SLOW_MS" at the end gives the last waits.
 //
 // It touches the -ready file once its netlink socket is open, prints
 // "polls N MS" (poll count, ms since start) on success, and exits 1 on timeout.
@@ -242,8 +247,10 @@ func run(ready, vsKey, rsKey, all string, interval, timeout time.Duration, slow 
 	}
 	polls, last, complete := 0, -1, 0
 	done := make([]bool, len(wants))
+	wait := interval
 	for {
 		polls++
+		began := time.Now()
 		present := 0
 		if single {
 			if !done[0] && strings.Contains(","+realServers(ctx, c, wants[0].vs)+",", ","+wants[0].rss+",") {
@@ -269,13 +276,26 @@ func run(ready, vsKey, rsKey, all string, interval, timeout time.Duration, slow 
 		slowDone := slow.poll(start)
 		if complete == len(wants) && slowDone {
 			fmt.Printf("polls %d %d\n", polls, elapsed)
+			fmt.Printf("pace %d %d\n", wait.Milliseconds(), slow.wait.Milliseconds())
 			return nil
 		}
 		if time.Since(start) > timeout {
 			return fmt.Errorf("timeout after %s and %d polls: %d of %d virtual servers present, %d holding their real servers; %s", timeout, polls, present, len(wants), complete, slow.pending())
 		}
-		time.Sleep(interval)
+		wait = pace(interval, time.Since(began)-slow.cost)
+		time.Sleep(wait)
 	}
+}
+
+// paceFactor: after a read that took D, the next one waits at least
+// paceFactor x D, so a poller whose reads grow with the tables it reads keeps
+// to 1/(paceFactor+1) of a CPU instead of taking it from the daemon it times.
+const paceFactor = 3
+
+// pace is the wait after a read that took cost: interval, or paceFactor times
+// the read when that is longer.
+func pace(interval, cost time.Duration) time.Duration {
+	return max(interval, paceFactor*cost)
 }
 
 // slowWaits are the ipset and iptables conditions, read by running the tools.
@@ -284,7 +304,10 @@ type slowWaits struct {
 	iptables string
 	iptDone  bool
 	interval time.Duration
+	wait     time.Duration // interval, stretched by pace
 	last     time.Time
+	cost     time.Duration // of the read in the last poll call, 0 when none
+	members  func(name string) int
 }
 
 type setWait struct {
@@ -294,7 +317,7 @@ type setWait struct {
 }
 
 func newSlowWaits(setsFlag, iptables string, interval time.Duration) (*slowWaits, error) {
-	w := &slowWaits{iptables: iptables, iptDone: iptables == "", interval: interval}
+	w := &slowWaits{iptables: iptables, iptDone: iptables == "", interval: interval, wait: interval, members: setMembers}
 	for _, kv := range strings.Split(setsFlag, ",") {
 		if kv == "" {
 			continue
@@ -309,22 +332,27 @@ func newSlowWaits(setsFlag, iptables string, interval time.Duration) (*slowWaits
 	return w, nil
 }
 
-// poll reads what is not complete yet, at most every interval; it reports
-// whether everything is.
+// poll reads what is not complete yet, at most every w.wait (interval,
+// stretched by pace after each read); it reports whether everything is.
 func (w *slowWaits) poll(start time.Time) bool {
+	w.cost = 0
 	done := w.iptDone
 	for _, s := range w.sets {
 		done = done && s.done
 	}
-	if done || time.Since(w.last) < w.interval {
+	if done || time.Since(w.last) < w.wait {
 		return done
 	}
 	w.last = time.Now()
+	defer func() {
+		w.cost = time.Since(w.last)
+		w.wait = pace(w.interval, w.cost)
+	}()
 	done = true
 	for i := range w.sets {
 		s := &w.sets[i]
 		if !s.done {
-			if n := setMembers(s.name); n >= s.want {
+			if n := w.members(s.name); n >= s.want {
 				s.done = true
 				fmt.Printf("set %s %d %d\n", s.name, time.Since(start).Milliseconds(), n)
 			}
