@@ -250,7 +250,7 @@ func encodeElements(s Set, o op) ([]gnft.SetElement, error) {
 			return nil, err
 		}
 	}
-	var elems []gnft.SetElement
+	elems := make([]gnft.SetElement, 0, len(o.elems))
 	for _, fields := range o.elems {
 		el, err := parseElement(s, fields)
 		if err != nil {

@@ -414,12 +414,21 @@ func (b *nftBackend) applySets(ctx context.Context, d rules.Desired, step rules.
 			What: "nftables element " + what, Err: err})
 	}
 
-	// Elements that stand for one member each.
-	var changes []nftChange
-	changeOf := map[string]rules.Change{} // element change text -> its member's change
+	// Elements that stand for one member each, deletions first (so a range that
+	// is replaced never overlaps its successor); origin is the index in
+	// step.Changes of each one's member change, -1 for a source range element.
+	var dels, adds []nftChange
+	var delOrigin, addOrigin []int
+	put := func(ec nftChange, origin int) {
+		if ec.add {
+			adds, addOrigin = append(adds, ec), append(addOrigin, origin)
+		} else {
+			dels, delOrigin = append(dels, ec), append(delOrigin, origin)
+		}
+	}
 	ports := map[rules.ServicePort]bool{} // the source ranges to rewrite
 	var srcChanges []rules.Change
-	for _, ch := range step.Changes {
+	for i, ch := range step.Changes {
 		if ch.Member.Set.SourceRange() {
 			ports[ch.Member.ServicePort()] = true
 			srcChanges = append(srcChanges, ch)
@@ -430,50 +439,41 @@ func (b *nftBackend) applySets(ctx context.Context, d rules.Desired, step rules.
 			failed(ch, ch.Member.Set.String()+" "+ch.Member.String(), err)
 			continue
 		}
-		ec := nftChange{add: ch.Add, set: b.fam.name(set), fields: fields}
-		changes = append(changes, ec)
-		changeOf[ec.String()] = ch
+		put(nftChange{add: ch.Add, set: b.fam.name(set), fields: fields}, i)
 	}
 
 	// Source ranges, port by port.
 	rangeChanges, badPorts := b.sourceRangeChanges(d, step.Full, ports)
-	changes = append(changes, rangeChanges...)
-	// Deletions first, so a range that is replaced never overlaps its successor.
-	slices.SortStableFunc(changes, func(x, y nftChange) int {
-		switch {
-		case x.add == y.add:
-			return 0
-		case !x.add:
-			return -1
-		}
-		return 1
-	})
+	for _, ec := range rangeChanges {
+		put(ec, -1)
+	}
+	changes, origin := append(dels, adds...), append(delOrigin, addOrigin...)
 	if len(changes) > 0 {
 		c.Wrote(metrics.SubsystemNFTables, len(changes))
 		refused, err := nftApplyChanges(ctx, countedRuleset{b.rs, c}, changes, rules.MaxIsolatedRefusals)
 		if err != nil {
 			return fmt.Errorf("writing %d nftables set elements: %w", len(changes), err)
 		}
-		bad := map[string]error{}
+		bad := map[int]error{}
 		for _, r := range refused {
 			// An element to delete that is not there is what was wanted.
 			if !r.change.add && nft.IsNotFound(r.err) {
 				continue
 			}
-			bad[r.change.String()] = r.err
+			bad[r.index] = r.err
 		}
-		for _, ec := range changes {
-			text := ec.String()
-			err, refused := bad[text]
-			if ch, ok := changeOf[text]; ok {
+		for i, ec := range changes {
+			err, refused := bad[i]
+			if o := origin[i]; o >= 0 {
 				if refused {
-					failed(ch, text, err)
+					failed(step.Changes[o], ec.String(), err)
 				} else {
-					out.Landed = append(out.Landed, ch)
+					out.Landed = append(out.Landed, step.Changes[o])
 				}
 				continue
 			}
 			if refused {
+				text := ec.String()
 				if k, ok := srcPortOfElement(ec.fields); ok && ec.set == srcSet {
 					badPorts[k] = fmt.Errorf("%s: %w", text, err)
 				} else {

@@ -105,6 +105,7 @@ func nftElementChanges(have, want nftElements) []nftChange {
 
 // nftRefused is a change the kernel refused on its own.
 type nftRefused struct {
+	index  int // in the changes given to nftApplyChanges
 	change nftChange
 	err    error
 }
@@ -121,20 +122,12 @@ var errTooManyRefused = errors.New("too many set elements refused one by one")
 // to split, is returned as an error.
 func nftApplyChanges(ctx context.Context, r nft.Ruleset, changes []nftChange, maxRefused int) ([]nftRefused, error) {
 	var refused []nftRefused
-	var send func(cs []nftChange) error
-	send = func(cs []nftChange) error {
+	var send func(off int, cs []nftChange) error
+	send = func(off int, cs []nftChange) error {
 		if len(cs) == 0 {
 			return nil
 		}
-		tx := nft.NewTransaction()
-		for _, c := range cs {
-			if c.add {
-				tx.AddElements(c.set, c.fields)
-			} else {
-				tx.DeleteElements(c.set, c.fields)
-			}
-		}
-		err := r.Run(ctx, tx)
+		err := r.Run(ctx, nftChangesTransaction(cs))
 		if err == nil {
 			return nil
 		}
@@ -142,20 +135,60 @@ func nftApplyChanges(ctx context.Context, r nft.Ruleset, changes []nftChange, ma
 			return err
 		}
 		if len(cs) == 1 {
-			refused = append(refused, nftRefused{change: cs[0], err: err})
+			refused = append(refused, nftRefused{index: off, change: cs[0], err: err})
 			if len(refused) > maxRefused {
 				return fmt.Errorf("%w (%d): %v", errTooManyRefused, len(refused), err)
 			}
 			return nil
 		}
 		mid := len(cs) / 2
-		if err := send(cs[:mid]); err != nil {
+		if err := send(off, cs[:mid]); err != nil {
 			return err
 		}
-		return send(cs[mid:])
+		return send(off+mid, cs[mid:])
 	}
-	if err := send(changes); err != nil {
+	if err := send(0, changes); err != nil {
 		return refused, err
 	}
 	return refused, nil
+}
+
+// nftChangesTransaction is one transaction of changes: one operation for the
+// deletions of each set, then one for the additions of each set (a transaction is
+// atomic, so only the order within a set counts, and a deletion keeps coming
+// before an addition). One operation a change cost 2.7 GiB of allocations and
+// as many netlink messages at 250,000 elements.
+func nftChangesTransaction(cs []nftChange) *nft.Transaction {
+	type group struct {
+		add bool
+		set string
+	}
+	var order []group
+	elems := map[group][][]string{}
+	for _, c := range cs {
+		g := group{c.add, c.set}
+		if _, ok := elems[g]; !ok {
+			order = append(order, g)
+		}
+		elems[g] = append(elems[g], c.fields)
+	}
+	// Deletions first, each kind in the order its sets first came.
+	slices.SortStableFunc(order, func(a, b group) int {
+		switch {
+		case a.add == b.add:
+			return 0
+		case !a.add:
+			return -1
+		}
+		return 1
+	})
+	tx := nft.NewTransaction()
+	for _, g := range order {
+		if g.add {
+			tx.AddElements(g.set, elems[g]...)
+		} else {
+			tx.DeleteElements(g.set, elems[g]...)
+		}
+	}
+	return tx
 }

@@ -130,3 +130,28 @@ func TestNFTApplyIsolatesRefusals(t *testing.T) {
 		t.Fatalf("10 refusals with a bound of 3: %v", err)
 	}
 }
+
+// TestNFTChangesTransactionGroupsBySet: changes interleaved across sets become
+// one operation per set and direction, deletions first, each keeping its
+// changes' order.
+func TestNFTChangesTransactionGroupsBySet(t *testing.T) {
+	c := func(add bool, set string, fields ...string) nftChange {
+		return nftChange{add: add, set: set, fields: fields}
+	}
+	tx := nftChangesTransaction([]nftChange{
+		c(true, "ip-cluster-ip", "10.96.0.1", "tcp", "80"),
+		c(true, "ip-loop-back", "10.0.0.1", "tcp", "80", "10.0.0.1"),
+		c(false, "ip-loop-back", "10.0.0.9", "tcp", "80", "10.0.0.9"),
+		c(true, "ip-cluster-ip", "10.96.0.2", "tcp", "80"),
+		c(true, "ip-loop-back", "10.0.0.2", "tcp", "80", "10.0.0.2"),
+		c(false, "ip-cluster-ip", "10.96.0.9", "tcp", "80"),
+	})
+	want := `delete element ip-loop-back { 10.0.0.9 . tcp . 80 . 10.0.0.9 }
+delete element ip-cluster-ip { 10.96.0.9 . tcp . 80 }
+add element ip-cluster-ip { 10.96.0.1 . tcp . 80, 10.96.0.2 . tcp . 80 }
+add element ip-loop-back { 10.0.0.1 . tcp . 80 . 10.0.0.1, 10.0.0.2 . tcp . 80 . 10.0.0.2 }
+`
+	if got := tx.String(); got != want {
+		t.Fatalf("transaction:\n%s\nwant:\n%s", got, want)
+	}
+}
