@@ -462,6 +462,11 @@ func scaleVMCPU(out string) string {
 		}
 		fmt.Fprintf(&b, "the poller's own CPU user %.1f s + system %.1f s (its ipset / iptables-save processes included)", v[0]+v[2], v[1]+v[3])
 	}
+	for _, f := range scaleWaitLines(out, "pace") {
+		if len(f) == 2 {
+			fmt.Fprintf(&b, "; its last waits %s ms between IPVS reads, %s ms between set reads", f[0], f[1])
+		}
+	}
 	return b.String()
 }
 

@@ -534,7 +534,7 @@ func TestScaleVM(t *testing.T) {
 	if os.Getenv("KPI_SCALE_DISABLE_COMPRESSION") == "1" {
 		scaleResult("kubeconfig: disable-compression: true for every kube-proxy (KPI_SCALE_DISABLE_COMPRESSION=1): the apiserver sends lists and watches without gzip")
 	}
-	scaleResult("resolution: a no-op agent exec round trip takes %s (median of %d); IPVS polled every %s at start-up and %s per change, ipsets and iptables every %s",
+	scaleResult("resolution: a no-op agent exec round trip takes %s (median of %d); IPVS polled every %s at start-up and %s per change, ipsets and iptables every %s, each stretched to 3x the poller's last read of it",
 		scaleMs(rtt), len(rtts), scaleStartPoll, scaleChangePoll, scaleSlowPoll)
 
 	scaleProfileSecs = scaleProfileSeconds(t)

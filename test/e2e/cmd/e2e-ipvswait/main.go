@@ -262,6 +262,8 @@ func run(ready, vsKey, rsKey, all string, interval, timeout time.Duration, slow 
 			if present, err = pollAll(ctx, c, af, wants, done, &complete); err != nil {
 				return err
 			}
+		} else {
+			present = complete // all complete: not read again
 		}
 		elapsed := time.Since(start).Milliseconds()
 		if !single && len(wants) > 0 && complete < len(wants) && present != last {
