@@ -12,6 +12,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 
 	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/ipfamily"
+	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/ipvs"
 	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/netlink"
 )
 
@@ -173,5 +174,88 @@ func TestSmallBindRunsInOrder(t *testing.T) {
 	}
 	if e.p.applied.addrs.Len() != 3 {
 		t.Errorf("%d addresses applied, want 3", e.p.applied.addrs.Len())
+	}
+}
+
+// ipvsSignal closes wrote at the first IPVS write.
+type ipvsSignal struct {
+	ipvs.Interface
+	once  sync.Once
+	wrote chan struct{}
+}
+
+func (s *ipvsSignal) Write(ctx context.Context, writes []ipvs.Write) []error {
+	s.once.Do(func() { close(s.wrote) })
+	return s.Interface.Write(ctx, writes)
+}
+
+// chunkGate makes the bind of the addresses after the first bindChunk wait (up
+// to 5 s) for the first IPVS write, and refuses one address of a later chunk.
+type chunkGate struct {
+	netlink.Handle
+	ipvs       *ipvsSignal
+	refuse     string
+	calls      atomic.Int32
+	overlapped atomic.Bool
+}
+
+func (g *chunkGate) BindAddresses(ctx context.Context, ips []net.IP, dev string) []error {
+	if g.calls.Add(1) == 2 {
+		select {
+		case <-g.ipvs.wrote:
+			g.overlapped.Store(true)
+		case <-time.After(5 * time.Second):
+		}
+	}
+	errs := g.Handle.BindAddresses(ctx, ips, dev)
+	for i, ip := range ips {
+		if ip.String() == g.refuse {
+			_ = g.Handle.UnbindAddress(ctx, ip, dev)
+			errs[i] = errRefused
+		}
+	}
+	return errs
+}
+
+// TestIPVSTrailsTheBinds: at a start-up binding more than one chunk of
+// addresses, the virtual servers of the Services whose addresses are bound are
+// written while the later addresses are still being bound; a Service whose
+// address (in a later chunk) the kernel refuses is held back alone, and every
+// other virtual server is written.
+func TestIPVSTrailsTheBinds(t *testing.T) {
+	const n = 2*bindChunk + 50
+	e := newTestEnv(t, v1.IPv4Protocol)
+	sig := &ipvsSignal{Interface: e.p.kernel.IPVS, wrote: make(chan struct{})}
+	objs := manyServices(n)
+	refused := "10.96.1.201" // svc-450: in the second chunk of binds
+	gate := &chunkGate{Handle: e.nl, ipvs: sig, refuse: refused}
+	e.p.kernel.IPVS = sig
+	e.p.kernel.Netlink = gate
+	st := startWith(e, objs)
+
+	if calls := gate.calls.Load(); calls != 3 {
+		t.Fatalf("%d bind calls for %d addresses, want 3 (chunks of %d)", calls, n, bindChunk)
+	}
+	if !gate.overlapped.Load() {
+		t.Errorf("no virtual server was written before the second chunk of binds (phases %s)", phaseNames(st))
+	}
+	dump := e.ipvs.Dump()
+	if got := strings.Count(dump, "\n  ->"); got != 2*(n-1) { // manyServices: two endpoints each
+		t.Errorf("%d real servers in IPVS, want %d", got, 2*(n-1))
+	}
+	if strings.Contains(dump, refused+":80") {
+		t.Errorf("virtual server %s:80 written although its address was refused", refused)
+	}
+	held := map[string]bool{}
+	for _, h := range e.p.HeldBack() {
+		for _, s := range h.Services {
+			held[s] = true
+		}
+	}
+	if len(held) != 1 || st.Failed != 2 || e.p.needFull {
+		t.Errorf("held back %v, failed %d, needFull %v; want one Service, 2 and false", held, st.Failed, e.p.needFull)
+	}
+	if e.p.applied.addrs.Len() != n-1 || st.AddressOps != n {
+		t.Errorf("%d addresses applied, %d address ops; want %d and %d", e.p.applied.addrs.Len(), st.AddressOps, n-1, n)
 	}
 }

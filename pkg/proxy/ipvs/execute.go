@@ -47,8 +47,9 @@ func (o *outcome) fail(f failure) { o.failures = append(o.failures, f) }
 // A bind step of at least bindBesideMin addresses runs beside the rules steps
 // around it (bindsBeside): binding addresses (rtnetlink) and writing sets and rules are
 // independent kernel work, and a start-up has one address per Service to bind. The
-// IPVS step waits for the binds: it holds back the virtual servers of a Service
-// whose address the kernel refused.
+// IPVS step after it trails the binds (executeIPVSBeside): a Service's virtual
+// servers are written once its addresses are bound, and held back when the
+// kernel refused one of them.
 func (p *Proxier) run(ctx context.Context, pl *syncPlan, stats *SyncStats, ct *[]conntrackTarget) (*outcome, error) {
 	out := &outcome{}
 	// The plan's large bind step, if any, starts as early as the steps before it
@@ -73,15 +74,25 @@ func (p *Proxier) run(ctx context.Context, pl *syncPlan, stats *SyncStats, ct *[
 		if i == bindAt {
 			continue // running beside since startAt
 		}
-		if !runsBesideBinds(s) {
-			beside.join(p.clock, stats, out)
-			beside = nil
-		}
-		if err := p.runStep(ctx, s, stats, ct, out); err != nil {
-			return out, err
+		v, trails := s.(ipvsStep)
+		trails = trails && beside != nil
+		if trails {
+			p.executeIPVSBeside(ctx, v.vs, beside, stats, ct, out)
+		} else {
+			if !runsBesideBinds(s) {
+				beside.join(p.clock, stats, out)
+				beside = nil
+			}
+			if err := p.runStep(ctx, s, stats, ct, out); err != nil {
+				return out, err
+			}
 		}
 		if name := stepPhase(s); name != "" {
 			stats.phase(p.clock.Now(), name)
+		}
+		if trails {
+			beside.join(p.clock, stats, out)
+			beside = nil
 		}
 	}
 	return out, nil
@@ -94,21 +105,42 @@ const bindBesideMin = 256
 // bindsBeside is a bind step running in a goroutine of its own, with its own
 // counters and failures, merged into the sync's when it is joined.
 type bindsBeside struct {
+	addrs []string
 	done  chan struct{}
 	stats SyncStats
 	out   outcome
 	took  time.Duration
+	// progress has a value after each bindChunk addresses, then is closed.
+	progress chan bindProgress
 }
 
+// bindProgress: the first done addresses of a bindsBeside are bound, but for
+// refused (the failures of those since the last bindProgress).
+type bindProgress struct {
+	done    int
+	refused []failure
+}
+
+// bindChunk is how many addresses a bind beside the other steps binds between two
+// reports of its progress to the IPVS step trailing it.
+const bindChunk = 256
+
 // startBinds binds addrs in a goroutine. It writes only p.applied.addrs, which no
-// step that may run beside it reads or writes (runsBesideBinds), and reads the
-// index, which no step writes.
+// step that may run beside it reads or writes (runsBesideBinds, executeIPVSBeside),
+// and reads the index, which no step writes.
 func (p *Proxier) startBinds(ctx context.Context, addrs []string) *bindsBeside {
-	b := &bindsBeside{done: make(chan struct{})}
+	b := &bindsBeside{addrs: addrs, done: make(chan struct{}),
+		progress: make(chan bindProgress, (len(addrs)+bindChunk-1)/bindChunk)}
 	start := p.clock.Now()
 	go func() {
 		defer close(b.done)
-		p.bind(ctx, addrs, &b.stats, &b.out)
+		defer close(b.progress)
+		for i := 0; i < len(addrs); i += bindChunk {
+			end := min(i+bindChunk, len(addrs))
+			had := len(b.out.failures)
+			p.bind(ctx, addrs[i:end], &b.stats, &b.out)
+			b.progress <- bindProgress{done: end, refused: slices.Clone(b.out.failures[had:])}
+		}
 		b.took = p.clock.Since(start)
 	}()
 	return b
@@ -116,8 +148,9 @@ func (p *Proxier) startBinds(ctx context.Context, addrs []string) *bindsBeside {
 
 // runsBesideBinds says whether a step may run while addresses are being bound: the
 // rules backend's steps touch neither the addresses nor p.applied.addrs, and do not
-// depend on the binds' outcome. The IPVS step does (executeIPVS), and an unbind, a
-// drain check or a removal of leftovers waits as well.
+// depend on the binds' outcome. The IPVS step does: it trails them
+// (executeIPVSBeside); an unbind, a drain check or a removal of leftovers waits for
+// them to end.
 func runsBesideBinds(s step) bool {
 	_, ok := s.(rules.Step)
 	return ok
@@ -266,15 +299,26 @@ func (p *Proxier) unbind(ctx context.Context, addrs []string, stats *SyncStats, 
 // or addresses were refused keeps its virtual servers as they are until those land,
 // so traffic is never balanced to it without the rules that masquerade and filter it.
 func (p *Proxier) executeIPVS(ctx context.Context, vs []vsPlan, stats *SyncStats, ct *[]conntrackTarget, out *outcome) {
+	plans := make([]*vsPlan, len(vs))
+	for i := range vs {
+		plans[i] = &vs[i]
+	}
+	p.executeIPVSPlans(ctx, plans, nil, stats, ct, out)
+}
+
+// executeIPVSPlans is executeIPVS for plans, holding back as well the Services of
+// the failures in more.
+func (p *Proxier) executeIPVSPlans(ctx context.Context, plans []*vsPlan, more []failure, stats *SyncStats, ct *[]conntrackTarget, out *outcome) {
 	blocked := map[types.NamespacedName]*failure{}
-	for i := range out.failures {
-		for _, o := range out.failures[i].owners {
-			blocked[o] = &out.failures[i]
+	for _, fs := range [][]failure{out.failures, more} {
+		for i := range fs {
+			for _, o := range fs[i].owners {
+				blocked[o] = &fs[i]
+			}
 		}
 	}
 	var piped, rest []*vsPlan
-	for i := range vs {
-		vp := &vs[i]
+	for _, vp := range plans {
 		if cause := blocked[vp.owner]; cause != nil && vp.owner.Name != "" {
 			out.fail(failure{key: retryKey{kind: retryVS, vs: vp.key}, layer: cause.layer,
 				what: "virtual server " + vp.key.String() + " (waiting for " + cause.what + ")", owners: ownerList(vp.owner), err: cause.err})
