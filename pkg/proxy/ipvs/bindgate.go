@@ -21,10 +21,17 @@ import (
 func (p *Proxier) executeIPVSBeside(ctx context.Context, vs []vsPlan, b *bindsBeside, stats *SyncStats, ct *[]conntrackTarget, out *outcome) {
 	// after[o]: how many of b's addresses must be bound before o's virtual
 	// servers may be written (its last address's place + 1; 0 without one).
-	after := map[types.NamespacedName]int{}
+	// One pass over the Services: ownersOfAddr per address would be O(N^2).
+	pos := make(map[string]int, len(b.addrs))
 	for i, a := range b.addrs {
-		for _, o := range p.index.ownersOfAddr(a) {
-			after[o] = i + 1
+		pos[a] = i + 1
+	}
+	after := map[types.NamespacedName]int{}
+	for name, st := range p.index.services {
+		for _, a := range st.bindAddrs {
+			if i := pos[a]; i > after[name] {
+				after[name] = i
+			}
 		}
 	}
 	plans := make([]*vsPlan, len(vs))
