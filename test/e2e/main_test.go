@@ -35,6 +35,8 @@ var (
 
 	proxyOnce sync.Once
 	proxyErr  error
+	// vmOpts boots vm, and boots it again in rebootVM.
+	vmOpts framework.VMOptions
 )
 
 func logf(format string, args ...any) {
@@ -114,12 +116,13 @@ func run(m *testing.M) int {
 			return 1
 		}
 	}
-	vm, err = framework.BootVM(ctx, repoRoot, framework.VMOptions{
+	vmOpts = framework.VMOptions{
 		APIServerPort: cp.Port,
 		Files:         files,
 		MemoryMiB:     mem,
 		Image:         image,
-	}, logf)
+	}
+	vm, err = framework.BootVM(ctx, repoRoot, vmOpts, logf)
 	if err != nil {
 		fmt.Println("e2e: FAIL: VM:", err)
 		return 1

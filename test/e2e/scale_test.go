@@ -460,6 +460,7 @@ func TestScaleVM(t *testing.T) {
 	if err := vm.WriteFile(ctx, scaleWaiter, bin, 0o755); err != nil {
 		t.Fatal(err)
 	}
+	scaleWaiterBin = bin
 	load0, _ := os.ReadFile("/proc/loadavg")
 	cpu, _ := vm.Sh(ctx, "awk -F': ' '/^model name/ {print $2; exit}' /proc/cpuinfo; nproc; awk '/^MemTotal/ {print int($2/1024)}' /proc/meminfo; uname -r")
 	cpuf := strings.Split(strings.TrimSpace(cpu), "\n")
@@ -757,6 +758,11 @@ func scaleRunProxy(t *testing.T, ctx context.Context, client kubernetes.Interfac
 		logf("[%s] kube-proxy --cleanup took %s", p.name, scaleSecs(time.Since(s)))
 		scaleWaitQuiet(t, ctx, p.name+" --cleanup")
 		scaleTrashEmptyAt = time.Now().Add(scaleTrashWait)
+		if os.Getenv("KPI_SCALE_REBOOT") == "1" { // the reboot path, tried at any size
+			if err := scaleReboot(ctx); err != nil {
+				t.Fatalf("KPI_SCALE_REBOOT: %v", err)
+			}
+		}
 	}
 	t.Cleanup(cleanup)
 	defer cleanup()
