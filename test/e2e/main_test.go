@@ -127,7 +127,7 @@ func run(m *testing.M) int {
 		fmt.Println("e2e: FAIL: VM:", err)
 		return 1
 	}
-	defer vm.Stop()
+	defer func() { vm.Stop() }() // the VM of the end: rebootVM may replace it
 	if node, err = framework.SetupNode(ctx, vm); err != nil {
 		fmt.Println("e2e: FAIL:", err)
 		return 1
