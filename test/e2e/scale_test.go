@@ -462,6 +462,7 @@ func TestScaleVM(t *testing.T) {
 	}
 	scaleWaiterBin = bin
 	load0, _ := os.ReadFile("/proc/loadavg")
+	loadText := func(b []byte) string { return strings.Join(strings.Fields(string(b))[:3], " ") }
 	cpu, _ := vm.Sh(ctx, "awk -F': ' '/^model name/ {print $2; exit}' /proc/cpuinfo; nproc; awk '/^MemTotal/ {print int($2/1024)}' /proc/meminfo; uname -r")
 	cpuf := strings.Split(strings.TrimSpace(cpu), "\n")
 	for len(cpuf) < 4 {
@@ -471,6 +472,7 @@ func TestScaleVM(t *testing.T) {
 	if strings.Contains(cpuf[0], "TCG") {
 		accel = "tcg"
 	}
+	vmText := fmt.Sprintf("accel %s, %s vCPUs, %s MiB, kernel %s", accel, cpuf[1], cpuf[2], cpuf[3])
 
 	// No-op round trip host -> agent -> host: the resolution of every timing.
 	var rtts []time.Duration
@@ -562,6 +564,8 @@ func TestScaleVM(t *testing.T) {
 		}
 		scaleWaitTrash(t, name)
 		all = append(all, scaleRunProxy(t, ctx, bulk, p, r, svcs, nchanges, cfg, syncPeriod))
+		// A run stopped or failed later keeps the columns done so far.
+		scaleWriteJSON(t, all, nil, nsvc, nchanges, vmText, loadText(load0)+" / (the run had not ended)")
 	}
 	// The kernel's own tools for the same content (KPI_SCALE_FLOOR=1), on the
 	// clean node the last run left.
@@ -580,8 +584,7 @@ func TestScaleVM(t *testing.T) {
 		scaleCompare(all[1], all[0], nsvc, rulesBackend == "nftables")
 	}
 	scaleCompareAll(all, floor, nsvc)
-	scaleWriteJSON(t, all, floor, nsvc, nchanges, fmt.Sprintf("accel %s, %s vCPUs, %s MiB, kernel %s", accel, cpuf[1], cpuf[2], cpuf[3]),
-		strings.Join(strings.Fields(string(load0))[:3], " ")+" / "+strings.Join(strings.Fields(string(load1))[:3], " "))
+	scaleWriteJSON(t, all, floor, nsvc, nchanges, vmText, loadText(load0)+" / "+loadText(load1))
 	for _, f := range all {
 		if isUpstream(f.name) || len(f.lat) == 0 {
 			continue
