@@ -3,6 +3,7 @@ package ipvs
 import (
 	"context"
 	"net"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -257,5 +258,23 @@ func TestIPVSTrailsTheBinds(t *testing.T) {
 	}
 	if e.p.applied.addrs.Len() != n-1 || st.AddressOps != n {
 		t.Errorf("%d addresses applied, %d address ops; want %d and %d", e.p.applied.addrs.Len(), st.AddressOps, n-1, n)
+	}
+}
+
+// TestAddrOwnersAgreesWithOwnersOfAddr: the map addrOwners builds from its second
+// ask on answers as the walk of ownersOfAddr does, for every bound address.
+func TestAddrOwnersAgreesWithOwnersOfAddr(t *testing.T) {
+	e := newTestEnv(t, v1.IPv4Protocol)
+	startWith(e, manyServices(20))
+	owners := e.p.index.addrOwners()
+	addrs := e.p.applied.addrs.UnsortedList()
+	if len(addrs) != 20 {
+		t.Fatalf("%d addresses bound, want 20", len(addrs))
+	}
+	for _, a := range append(addrs, "10.0.0.99") {
+		got, want := owners(a), e.p.index.ownersOfAddr(a)
+		if !slices.Equal(got, want) {
+			t.Errorf("owners of %s: %v, want %v", a, got, want)
+		}
 	}
 }

@@ -268,11 +268,12 @@ func (p *Proxier) bind(ctx context.Context, addrs []string, stats *SyncStats, ou
 		stats.AddressOps++
 		stats.count(opBindAddress)
 	}
+	owners := p.index.addrOwners()
 	for i, err := range p.kernel.Netlink.BindAddresses(ctx, ips, netlink.DefaultDummyDevice) {
 		addr := addrs[i]
 		if err != nil {
 			out.fail(failure{key: retryKey{kind: retryAddr, text: addr}, layer: heldBackAddress,
-				what: "address " + addr + " on " + netlink.DefaultDummyDevice, owners: p.index.ownersOfAddr(addr),
+				what: "address " + addr + " on " + netlink.DefaultDummyDevice, owners: owners(addr),
 				err: fmt.Errorf("binding %s to %s: %w", addr, netlink.DefaultDummyDevice, err)})
 			continue
 		}

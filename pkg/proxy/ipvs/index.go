@@ -328,6 +328,31 @@ func (ix *desiredIndex) ownersOfAddr(a string) []types.NamespacedName {
 	})
 }
 
+// addrOwners answers ownersOfAddr for many addresses: the first ask walks the
+// index as ownersOfAddr does, the second builds a map in one pass (a start-up
+// whose every bind is refused would otherwise walk every Service per address).
+func (ix *desiredIndex) addrOwners() func(string) []types.NamespacedName {
+	asks := 0
+	var byAddr map[string][]types.NamespacedName
+	return func(a string) []types.NamespacedName {
+		if asks++; asks == 1 {
+			return ix.ownersOfAddr(a)
+		}
+		if byAddr == nil {
+			byAddr = map[string][]types.NamespacedName{}
+			for name, st := range ix.services {
+				for _, b := range st.bindAddrs {
+					byAddr[b] = append(byAddr[b], name)
+				}
+			}
+			for _, o := range byAddr {
+				slices.SortFunc(o, func(x, y types.NamespacedName) int { return strings.Compare(x.String(), y.String()) })
+			}
+		}
+		return byAddr[a]
+	}
+}
+
 func (ix *desiredIndex) ownersOfOutRule(r rules.OutFilter) []types.NamespacedName {
 	return ix.owners(func(st *serviceState) bool {
 		_, ok := slices.BinarySearchFunc(st.outFilterRules, r, rules.CompareOutFilters)
