@@ -33,7 +33,13 @@
 //	    their real servers, in bulk (ipvs.GetAll: one more dump and
 //	    /proc/net/ip_vs), and a virtual server once complete is not read again.
 //	    (Reading each new virtual server's real servers as it appeared cost the
-//	    poller 18 s of CPU at 10,000 and confirmed the end 8 s late.)
+//	    poller 18 s of CPU at 10,000 and confirmed the end 8 s late.) Once at
+//	    most tailProbe (256) are not complete, only those are read, one
+//	    request each: the tail of a large start-up is seen within a fast
+//	    interval instead of after a paced dump of the whole table.
+//	    With virtual servers to wait for, nftables sets (read by listing every
+//	    element: seconds at 100,000 Services) are first read once IPVS is
+//	    complete, so their time is when that read ended.
 //	    Both intervals stretch with the tables: after a read that took D the
 //	    next comes no sooner than paceFactor x D, so the poller takes at most a
 //	    quarter of a CPU however large the tables grow (at 50,000 x 4 fixed
@@ -181,10 +187,41 @@ func readWants(single bool, vsKey, rsKey, all string) ([]want, error) {
 	return wants, nil
 }
 
-// pollAll is one poll of the -all wait: one dump of the virtual servers and, once
-// every wanted one is there, one bulk read of them all with their real servers,
-// marking those that hold what they should. It returns how many are present.
-func pollAll(ctx context.Context, c *ipvs.Client, af ipfamily.Family, wants []want, done []bool, complete *int) (int, error) {
+// ipvsReader is what the -all wait reads: *ipvs.Client, or the fake in tests.
+type ipvsReader interface {
+	GetVirtualServers(ctx context.Context) ([]*ipvs.VirtualServer, error)
+	GetVirtualServer(ctx context.Context, vs *ipvs.VirtualServer) (*ipvs.VirtualServer, error)
+	GetRealServers(ctx context.Context, vs *ipvs.VirtualServer) ([]*ipvs.RealServer, error)
+	GetAll(ctx context.Context, af ipfamily.Family, keep func(*ipvs.VirtualServer) bool) ([]ipvs.VirtualServerDump, error)
+}
+
+// tailProbe: once at most this many wanted virtual servers are not complete,
+// the -all wait reads just those, one request each, instead of dumping every
+// virtual server: the last ones of a large start-up are then seen within a
+// fast interval, not after a paced dump of the whole table.
+const tailProbe = 256
+
+// allWait is the state of the -all wait.
+type allWait struct {
+	wants    []want
+	done     []bool
+	complete int
+	left     []int // indexes of the wants not complete, once probing
+}
+
+func newAllWait(wants []want) *allWait {
+	return &allWait{wants: wants, done: make([]bool, len(wants))}
+}
+
+// poll is one poll of the -all wait. Until the tail is reached it is one dump
+// of the virtual servers and, once all but tailProbe of the wanted ones are
+// there, one bulk read of them all with their real servers, marking those that
+// hold what they should; after that, only the wanted ones not complete are
+// read, each on its own. It returns how many wanted virtual servers are present.
+func (a *allWait) poll(ctx context.Context, c ipvsReader, af ipfamily.Family) (int, error) {
+	if a.left != nil {
+		return a.probe(ctx, c)
+	}
 	vss, err := c.GetVirtualServers(ctx)
 	if err != nil {
 		return 0, err
@@ -194,12 +231,14 @@ func pollAll(ctx context.Context, c *ipvs.Client, af ipfamily.Family, wants []wa
 		have[vs.Key()] = true
 	}
 	present := 0
-	for _, w := range wants {
+	for _, w := range a.wants {
 		if have[w.vs.Key()] {
 			present++
 		}
 	}
-	if present < len(wants) {
+	// A small table is dumped until it is all there; a large one until at
+	// most tailProbe are missing.
+	if missing := len(a.wants) - present; missing > 0 && (missing > tailProbe || len(a.wants) <= tailProbe) {
 		return present, nil
 	}
 	dumps, err := c.GetAll(ctx, af, nil)
@@ -210,13 +249,48 @@ func pollAll(ctx context.Context, c *ipvs.Client, af ipfamily.Family, wants []wa
 	for _, d := range dumps {
 		got[d.VirtualServer.Key()] = rsKeys(d.RealServers)
 	}
-	for i, w := range wants {
-		if !done[i] && got[w.vs.Key()] == w.rss {
-			done[i] = true
-			*complete++
+	left := []int{}
+	for i, w := range a.wants {
+		if !a.done[i] && got[w.vs.Key()] == w.rss {
+			a.done[i] = true
+			a.complete++
+		}
+		if !a.done[i] {
+			left = append(left, i)
 		}
 	}
+	if len(left) <= tailProbe {
+		a.left = left
+	}
 	return present, nil
+}
+
+// probe reads each wanted virtual server not complete yet: its real servers
+// and, when it has none, whether it exists at all.
+func (a *allWait) probe(ctx context.Context, c ipvsReader) (int, error) {
+	absent := 0
+	still := a.left[:0]
+	for _, i := range a.left {
+		w := a.wants[i]
+		rss, err := c.GetRealServers(ctx, w.vs)
+		if err != nil {
+			return 0, err
+		}
+		if keys := rsKeys(rss); keys == w.rss {
+			a.done[i] = true
+			a.complete++
+			continue
+		} else if keys == "" {
+			if _, err := c.GetVirtualServer(ctx, w.vs); ipvs.IsNotFound(err) {
+				absent++
+			} else if err != nil {
+				return 0, err
+			}
+		}
+		still = append(still, i)
+	}
+	a.left = still
+	return len(a.wants) - absent, nil
 }
 
 func run(ready, vsKey, rsKey, all string, interval, timeout time.Duration, slow *slowWaits) error {
@@ -245,26 +319,27 @@ func run(ready, vsKey, rsKey, all string, interval, timeout time.Duration, slow 
 			return err
 		}
 	}
-	polls, last, complete := 0, -1, 0
-	done := make([]bool, len(wants))
+	polls, last := 0, -1
+	aw := newAllWait(wants)
 	wait := interval
 	for {
 		polls++
 		began := time.Now()
 		present := 0
 		if single {
-			if !done[0] && strings.Contains(","+realServers(ctx, c, wants[0].vs)+",", ","+wants[0].rss+",") {
-				done[0], complete = true, 1
+			if !aw.done[0] && strings.Contains(","+realServers(ctx, c, wants[0].vs)+",", ","+wants[0].rss+",") {
+				aw.done[0], aw.complete = true, 1
 			}
-			present = complete // not read on its own here
-		} else if len(wants) > 0 && complete < len(wants) {
+			present = aw.complete // not read on its own here
+		} else if len(wants) > 0 && aw.complete < len(wants) {
 			var err error
-			if present, err = pollAll(ctx, c, af, wants, done, &complete); err != nil {
+			if present, err = aw.poll(ctx, c, af); err != nil {
 				return err
 			}
 		} else {
-			present = complete // all complete: not read again
+			present = aw.complete // all complete: not read again
 		}
+		complete := aw.complete
 		elapsed := time.Since(start).Milliseconds()
 		if !single && len(wants) > 0 && complete < len(wants) && present != last {
 			fmt.Printf("progress %d %d\n", elapsed, present)
@@ -275,7 +350,13 @@ func run(ready, vsKey, rsKey, all string, interval, timeout time.Duration, slow 
 			fmt.Printf("ipvs %d\n", elapsed)
 			last = -2
 		}
-		slowDone := slow.poll(start)
+		// Listing an nftables set costs seconds at 100,000 Services: with
+		// virtual servers to wait for, those sets are read once IPVS is
+		// complete (their time is then when that read ended).
+		slowDone := false
+		if len(wants) == 0 || complete == len(wants) || !slow.listed() {
+			slowDone = slow.poll(start)
+		}
 		if complete == len(wants) && slowDone {
 			fmt.Printf("polls %d %d\n", polls, elapsed)
 			fmt.Printf("pace %d %d\n", wait.Milliseconds(), slow.wait.Milliseconds())
@@ -375,6 +456,17 @@ func (w *slowWaits) poll(start time.Time) bool {
 		}
 	}
 	return done && w.iptDone
+}
+
+// listed reports whether some set is read by listing its elements (nftables)
+// rather than by a header holding its size (ipset).
+func (w *slowWaits) listed() bool {
+	for _, s := range w.sets {
+		if strings.HasPrefix(s.name, "nft:") || strings.HasPrefix(s.name, "nftset:") {
+			return true
+		}
+	}
+	return false
 }
 
 func (w *slowWaits) pending() string {
