@@ -75,10 +75,11 @@ func startLists(ctx context.Context, s *ProxyServer, selector labels.Selector) *
 	f := informers.NewSharedInformerFactoryWithOptions(s.Client, resync,
 		informers.WithTweakListOptions(tweak), informers.WithTransform(proxyconfig.TrimForCache))
 	var svcLW, sliceLW *proxyconfig.EarlyListWatch
-	if s.WarmStart {
+	client := s.Client
+	if s.WarmStart || s.BindAhead {
 		// The informers list through ListerWatchers that hand the configs each object
-		// of the first lists as it arrives (pkg/proxy/config/early.go).
-		client := s.Client
+		// of the first lists as it arrives (pkg/proxy/config/early.go): for a warm
+		// start, or the Services for the binding ahead (pkg/proxy/ipvs/bindahead.go).
 		svcLW = earlyInformer(f, client, &v1.Service{}, tweak,
 			func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 				return client.CoreV1().Services("").List(ctx, o)
@@ -86,6 +87,8 @@ func startLists(ctx context.Context, s *ProxyServer, selector labels.Selector) *
 			func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
 				return client.CoreV1().Services("").Watch(ctx, o)
 			})
+	}
+	if s.WarmStart {
 		sliceLW = earlyInformer(f, client, &discovery.EndpointSlice{}, tweak,
 			func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 				return client.DiscoveryV1().EndpointSlices("").List(ctx, o)
@@ -97,8 +100,10 @@ func startLists(ctx context.Context, s *ProxyServer, selector labels.Selector) *
 	l := &lists{factory: f, cancel: cancel,
 		services: proxyconfig.NewServiceConfig(lctx, f.Core().V1().Services(), resync),
 		slices:   proxyconfig.NewEndpointSliceConfig(lctx, f.Discovery().V1().EndpointSlices(), resync, s.NodeName)}
-	if s.WarmStart {
+	if svcLW != nil {
 		l.services.EarlyFrom(svcLW)
+	}
+	if sliceLW != nil {
 		l.slices.EarlyFrom(sliceLW)
 	}
 	f.Start(lctx.Done())
