@@ -970,7 +970,7 @@ wait:
 	}
 	say("start to all programmed: %s (host clock, kube-proxy start to the poller's answer); %s%s; %s",
 		scaleSecs(f.startAll), ipvsFigure, strings.Join(setTimes, "; "), iptFigure)
-	say("  IPVS progression (since kube-proxy start: virtual servers present; the last figure is when all held their real servers): %s", strings.Join(progress, "; "))
+	say("  IPVS progression (since kube-proxy start: virtual servers holding exactly their real servers): %s", strings.Join(progress, "; "))
 	say("  daemon's view after start-up: %s", afterStartText)
 	say("  CPU time from the start to everything programmed: %s; system CPU is %.0f %% of the start-up's wall time", f.cpu, 100*f.cpu.sys()/f.startAll.Seconds())
 	if v := scaleVMCPU(res.out); v != "" {

@@ -15,9 +15,9 @@
 //	    with -dnats and chain names as arguments, "dnat CHAIN IP..." for each
 //	e2e-ipvswait -ready F [-all FILE] [-sets NAME=N,...] [-iptables TEXT]
 //	    until every line "TCP/VIP:PORT RS RS..." of FILE holds exactly those real
-//	    servers (weight > 0); prints "progress MS PRESENT" whenever the count of
-//	    those virtual servers in IPVS changes and "ipvs MS" when all hold their
-//	    real servers. With -sets, also until each ipset
+//	    servers (weight > 0); prints "progress MS COMPLETE" whenever the count of
+//	    those holding them changes and "ipvs MS" when all do. With -sets, also
+//	    until each ipset
 //	    holds at least N members ("set NAME MS" when it does; a NAME
 //	    "nft:SET" is a set of the inet kube-proxy-ipvs table, a NAME
 //	    "nftset:FAMILY/TABLE/SET" a set or map of any table, e.g.
@@ -28,15 +28,11 @@
 //	    read every -slow-interval: the set sizes over netlink (`ipset list -t`
 //	    if that fails), the rules by running iptables-save, only once the sets
 //	    are complete (a process costs ~80 ms under TCG).
-//	    To stay cheap next to the daemon it measures, a poll is one dump of the
-//	    virtual servers; only once all are present does it read them all with
-//	    their real servers, in bulk (ipvs.GetAll: one more dump and
-//	    /proc/net/ip_vs), and a virtual server once complete is not read again.
-//	    (Reading each new virtual server's real servers as it appeared cost the
-//	    poller 18 s of CPU at 10,000 and confirmed the end 8 s late.) Once at
-//	    most tailProbe (256) are not complete, only those are read, one
-//	    request each: the tail of a large start-up is seen within a fast
-//	    interval instead of after a paced dump of the whole table.
+//	    To stay cheap next to the daemon it measures, it never dumps the whole
+//	    table (the kernel's dumps are O(N^2), see allWait): a poll reads the
+//	    real servers of the virtual servers not complete yet, one request
+//	    each, in turns, for at most probeBudget (100 ms), and a virtual server
+//	    once complete is not read again.
 //	    With virtual servers to wait for, nftables sets (read by listing every
 //	    element: seconds at 100,000 Services) are first read once IPVS is
 //	    complete, so their time is when that read ended.
@@ -64,7 +60,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/ipfamily"
 	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/ipvs"
 	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/nftables"
 )
@@ -189,108 +184,63 @@ func readWants(single bool, vsKey, rsKey, all string) ([]want, error) {
 
 // ipvsReader is what the -all wait reads: *ipvs.Client, or the fake in tests.
 type ipvsReader interface {
-	GetVirtualServers(ctx context.Context) ([]*ipvs.VirtualServer, error)
-	GetVirtualServer(ctx context.Context, vs *ipvs.VirtualServer) (*ipvs.VirtualServer, error)
 	GetRealServers(ctx context.Context, vs *ipvs.VirtualServer) ([]*ipvs.RealServer, error)
-	GetAll(ctx context.Context, af ipfamily.Family, keep func(*ipvs.VirtualServer) bool) ([]ipvs.VirtualServerDump, error)
 }
 
-// tailProbe: once at most this many wanted virtual servers are not complete,
-// the -all wait reads just those, one request each, instead of dumping every
-// virtual server: the last ones of a large start-up are then seen within a
-// fast interval, not after a paced dump of the whole table.
-const tailProbe = 256
+// probeBudget is how long one poll of the -all wait may probe before it
+// yields (the wait after it is paceFactor times what it took).
+const probeBudget = 100 * time.Millisecond
 
-// allWait is the state of the -all wait.
+// allWait is the state of the -all wait: the wanted virtual servers not
+// complete yet are read one by one, in turns, each a dump of its real
+// servers (one lookup in the kernel's table). A dump of every virtual server
+// costs the kernel O(N^2) (each netlink round restarts its walk of the table,
+// as each 4 KiB read of /proc/net/ip_vs does): at 100,000 Services the
+// poller's dumps took 172 s of the VM's system CPU and its waits grew to 60 s.
 type allWait struct {
 	wants    []want
 	done     []bool
 	complete int
-	left     []int // indexes of the wants not complete, once probing
+	left     []int // indexes of the wants not complete, in the order probed
+	cursor   int   // the next of left to probe
 }
 
 func newAllWait(wants []want) *allWait {
-	return &allWait{wants: wants, done: make([]bool, len(wants))}
+	a := &allWait{wants: wants, done: make([]bool, len(wants)), left: make([]int, len(wants))}
+	for i := range a.left {
+		a.left[i] = i
+	}
+	return a
 }
 
-// poll is one poll of the -all wait. Until the tail is reached it is one dump
-// of the virtual servers and, once all but tailProbe of the wanted ones are
-// there, one bulk read of them all with their real servers, marking those that
-// hold what they should; after that, only the wanted ones not complete are
-// read, each on its own. It returns how many wanted virtual servers are present.
-func (a *allWait) poll(ctx context.Context, c ipvsReader, af ipfamily.Family) (int, error) {
-	if a.left != nil {
-		return a.probe(ctx, c)
-	}
-	vss, err := c.GetVirtualServers(ctx)
-	if err != nil {
-		return 0, err
-	}
-	have := make(map[string]bool, len(vss))
-	for _, vs := range vss {
-		have[vs.Key()] = true
-	}
-	present := 0
-	for _, w := range a.wants {
-		if have[w.vs.Key()] {
-			present++
+// poll probes the wanted virtual servers not complete, from where the last
+// poll stopped, each at most once, until budget is spent (at least one),
+// marking those that hold exactly their real servers (weight > 0).
+func (a *allWait) poll(ctx context.Context, c ipvsReader, budget time.Duration) error {
+	start := time.Now()
+	for n := len(a.left); n > 0; n-- {
+		if a.cursor >= len(a.left) {
+			a.cursor = 0
 		}
-	}
-	// A small table is dumped until it is all there; a large one until at
-	// most tailProbe are missing.
-	if missing := len(a.wants) - present; missing > 0 && (missing > tailProbe || len(a.wants) <= tailProbe) {
-		return present, nil
-	}
-	dumps, err := c.GetAll(ctx, af, nil)
-	if err != nil {
-		return present, err
-	}
-	got := make(map[string]string, len(dumps))
-	for _, d := range dumps {
-		got[d.VirtualServer.Key()] = rsKeys(d.RealServers)
-	}
-	left := []int{}
-	for i, w := range a.wants {
-		if !a.done[i] && got[w.vs.Key()] == w.rss {
-			a.done[i] = true
-			a.complete++
-		}
-		if !a.done[i] {
-			left = append(left, i)
-		}
-	}
-	if len(left) <= tailProbe {
-		a.left = left
-	}
-	return present, nil
-}
-
-// probe reads each wanted virtual server not complete yet: its real servers
-// and, when it has none, whether it exists at all.
-func (a *allWait) probe(ctx context.Context, c ipvsReader) (int, error) {
-	absent := 0
-	still := a.left[:0]
-	for _, i := range a.left {
-		w := a.wants[i]
-		rss, err := c.GetRealServers(ctx, w.vs)
+		i := a.left[a.cursor]
+		rss, err := c.GetRealServers(ctx, a.wants[i].vs)
 		if err != nil {
-			return 0, err
+			return err
 		}
-		if keys := rsKeys(rss); keys == w.rss {
+		if rsKeys(rss) == a.wants[i].rss {
 			a.done[i] = true
 			a.complete++
-			continue
-		} else if keys == "" {
-			if _, err := c.GetVirtualServer(ctx, w.vs); ipvs.IsNotFound(err) {
-				absent++
-			} else if err != nil {
-				return 0, err
-			}
+			last := len(a.left) - 1
+			a.left[a.cursor] = a.left[last]
+			a.left = a.left[:last]
+		} else {
+			a.cursor++
 		}
-		still = append(still, i)
+		if time.Since(start) >= budget {
+			break
+		}
 	}
-	a.left = still
-	return len(a.wants) - absent, nil
+	return nil
 }
 
 func run(ready, vsKey, rsKey, all string, interval, timeout time.Duration, slow *slowWaits) error {
@@ -308,10 +258,6 @@ func run(ready, vsKey, rsKey, all string, interval, timeout time.Duration, slow 
 		defer h.Close()
 		c = h
 	}
-	af := ipfamily.IPv4
-	if len(wants) > 0 && wants[0].vs.Address.To4() == nil {
-		af = ipfamily.IPv6
-	}
 	ctx := context.Background()
 	start := time.Now()
 	if ready != "" {
@@ -325,25 +271,20 @@ func run(ready, vsKey, rsKey, all string, interval, timeout time.Duration, slow 
 	for {
 		polls++
 		began := time.Now()
-		present := 0
 		if single {
 			if !aw.done[0] && strings.Contains(","+realServers(ctx, c, wants[0].vs)+",", ","+wants[0].rss+",") {
 				aw.done[0], aw.complete = true, 1
 			}
-			present = aw.complete // not read on its own here
-		} else if len(wants) > 0 && aw.complete < len(wants) {
-			var err error
-			if present, err = aw.poll(ctx, c, af); err != nil {
+		} else if aw.complete < len(wants) {
+			if err := aw.poll(ctx, c, probeBudget); err != nil {
 				return err
 			}
-		} else {
-			present = aw.complete // all complete: not read again
 		}
 		complete := aw.complete
 		elapsed := time.Since(start).Milliseconds()
-		if !single && len(wants) > 0 && complete < len(wants) && present != last {
-			fmt.Printf("progress %d %d\n", elapsed, present)
-			last = present
+		if !single && len(wants) > 0 && complete < len(wants) && complete != last {
+			fmt.Printf("progress %d %d\n", elapsed, complete)
+			last = complete
 		}
 		if !single && len(wants) > 0 && complete == len(wants) && last != -2 {
 			fmt.Printf("progress %d %d\n", elapsed, complete)
@@ -363,7 +304,7 @@ func run(ready, vsKey, rsKey, all string, interval, timeout time.Duration, slow 
 			return nil
 		}
 		if time.Since(start) > timeout {
-			return fmt.Errorf("timeout after %s and %d polls: %d of %d virtual servers present, %d holding their real servers; %s", timeout, polls, present, len(wants), complete, slow.pending())
+			return fmt.Errorf("timeout after %s and %d polls: %d of %d virtual servers holding their real servers; %s", timeout, polls, complete, len(wants), slow.pending())
 		}
 		wait = pace(interval, time.Since(began)-slow.cost)
 		time.Sleep(wait)

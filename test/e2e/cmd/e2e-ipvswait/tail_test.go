@@ -5,38 +5,32 @@ import (
 	"fmt"
 	"net"
 	"testing"
+	"time"
 
-	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/ipfamily"
 	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/ipvs"
 )
 
-// countingReader counts the reads the -all wait makes of a fake IPVS.
+// countingReader counts the reads the -all wait makes of a fake IPVS; the
+// fake's table dumps are left out of the interface it gets.
 type countingReader struct {
-	*ipvs.Fake
-	dumps, bulk, single, rss int
-}
-
-func (c *countingReader) GetVirtualServers(ctx context.Context) ([]*ipvs.VirtualServer, error) {
-	c.dumps++
-	return c.Fake.GetVirtualServers(ctx)
-}
-
-func (c *countingReader) GetAll(ctx context.Context, af ipfamily.Family, keep func(*ipvs.VirtualServer) bool) ([]ipvs.VirtualServerDump, error) {
-	c.bulk++
-	return c.Fake.GetAll(ctx, af, keep)
-}
-
-func (c *countingReader) GetVirtualServer(ctx context.Context, vs *ipvs.VirtualServer) (*ipvs.VirtualServer, error) {
-	c.single++
-	return c.Fake.GetVirtualServer(ctx, vs)
+	fake  *ipvs.Fake
+	reads map[string]int // by virtual server
 }
 
 func (c *countingReader) GetRealServers(ctx context.Context, vs *ipvs.VirtualServer) ([]*ipvs.RealServer, error) {
-	c.rss++
-	return c.Fake.GetRealServers(ctx, vs)
+	c.reads[vs.Key()]++
+	return c.fake.GetRealServers(ctx, vs)
 }
 
-func (c *countingReader) reset() { c.dumps, c.bulk, c.single, c.rss = 0, 0, 0, 0 }
+func (c *countingReader) total() int {
+	n := 0
+	for _, r := range c.reads {
+		n += r
+	}
+	return n
+}
+
+func (c *countingReader) reset() { c.reads = map[string]int{} }
 
 // tailWants are n virtual servers 10.96.X.Y:80, each with the one real
 // server 10.244.X.Y:8080.
@@ -69,78 +63,77 @@ func program(t *testing.T, f *ipvs.Fake, w want, rsIP net.IP) {
 
 func rsIPOf(i int) net.IP { return net.IPv4(10, 244, byte(i>>8), byte(i)) }
 
-// TestTailIsProbedNotDumped: while more than tailProbe virtual servers are
-// missing a poll is one dump; once at most tailProbe are, one bulk read marks
-// the complete ones and later polls read only the rest, one by one, until they
-// hold exactly their real servers.
-func TestTailIsProbedNotDumped(t *testing.T) {
+// TestPollsReadOnlyWhatIsLeft: a poll reads each virtual server not complete
+// once (its real servers: missing, partial, wrong or complete) and never one
+// that was complete.
+func TestPollsReadOnlyWhatIsLeft(t *testing.T) {
 	const n = 1000
 	ctx := context.Background()
 	f := ipvs.NewFake()
-	c := &countingReader{Fake: f}
+	c := &countingReader{fake: f}
+	c.reset()
 	wants := tailWants(n)
 	aw := newAllWait(wants)
-	for i := range 500 {
+	for i := range 900 {
 		program(t, f, wants[i], rsIPOf(i))
 	}
-	present, err := aw.poll(ctx, c, ipfamily.IPv4)
-	if err != nil || present != 500 || c.dumps != 1 || c.bulk != 0 || aw.complete != 0 {
-		t.Fatalf("500 missing: present %d (err %v), %d dumps, %d bulk reads, %d complete; want 500, 1 dump, no bulk read, 0 complete", present, err, c.dumps, c.bulk, aw.complete)
+	program(t, f, wants[900], nil)                       // no real server yet
+	program(t, f, wants[901], net.IPv4(10, 244, 99, 99)) // the wrong one
+	if err := aw.poll(ctx, c, time.Hour); err != nil {
+		t.Fatal(err)
 	}
-	// 100 missing, one more present without its real server yet.
-	for i := 500; i < 900; i++ {
-		program(t, f, wants[i], rsIPOf(i))
+	if aw.complete != 900 || c.total() != n || len(c.reads) != n {
+		t.Fatalf("first poll: %d complete, %d reads of %d virtual servers; want 900, %d of %d", aw.complete, c.total(), len(c.reads), n, n)
 	}
-	program(t, f, wants[900], nil)
 	c.reset()
-	present, err = aw.poll(ctx, c, ipfamily.IPv4)
-	if err != nil || present != 901 || c.dumps != 1 || c.bulk != 1 || aw.complete != 900 || len(aw.left) != 100 {
-		t.Fatalf("99 missing: present %d (err %v), %d dumps, %d bulk reads, %d complete, %d left; want 901, 1, 1, 900, 100",
-			present, err, c.dumps, c.bulk, aw.complete, len(aw.left))
+	if err := aw.poll(ctx, c, time.Hour); err != nil {
+		t.Fatal(err)
 	}
-	// The tail: no dump, one read of real servers for each of the 100 left,
-	// and an existence check for those without any.
-	program(t, f, wants[901], rsIPOf(901))
-	program(t, f, wants[902], net.IPv4(10, 244, 99, 99)) // the wrong real server
-	c.reset()
-	present, err = aw.poll(ctx, c, ipfamily.IPv4)
-	if err != nil || present != 903 || c.dumps != 0 || c.bulk != 0 || c.rss != 100 || c.single != 98 || aw.complete != 901 {
-		t.Fatalf("tail: present %d (err %v), %d dumps, %d bulk, %d real-server reads, %d single reads, %d complete; want 903, 0, 0, 100, 98, 901",
-			present, err, c.dumps, c.bulk, c.rss, c.single, aw.complete)
+	if aw.complete != 900 || c.total() != 100 || c.reads[wants[0].vs.Key()] != 0 || c.reads[wants[950].vs.Key()] != 1 {
+		t.Fatalf("second poll: %d complete, %d reads (%d of a complete one); want 900 and 100 reads, none of a complete one",
+			aw.complete, c.total(), c.reads[wants[0].vs.Key()])
 	}
-	if err := f.DeleteRealServer(ctx, wants[902].vs, &ipvs.RealServer{Address: net.IPv4(10, 244, 99, 99), Port: 8080}); err != nil {
+	if err := f.DeleteRealServer(ctx, wants[901].vs, &ipvs.RealServer{Address: net.IPv4(10, 244, 99, 99), Port: 8080}); err != nil {
 		t.Fatal(err)
 	}
 	for i := 900; i < n; i++ {
-		if i != 901 {
-			program(t, f, wants[i], rsIPOf(i))
-		}
+		program(t, f, wants[i], rsIPOf(i))
 	}
 	c.reset()
-	present, err = aw.poll(ctx, c, ipfamily.IPv4)
-	if err != nil || present != n || aw.complete != n || c.rss != 99 || c.dumps+c.bulk != 0 {
-		t.Fatalf("all programmed: present %d (err %v), %d complete, %d real-server reads, %d dumps+bulk; want %d, %d, 99, 0",
-			present, err, aw.complete, c.rss, c.dumps+c.bulk, n, n)
+	if err := aw.poll(ctx, c, time.Hour); err != nil || aw.complete != n || c.total() != 100 || len(aw.left) != 0 {
+		t.Fatalf("all programmed: %d complete (err %v), %d reads, %d left; want %d, 100, 0", aw.complete, err, c.total(), len(aw.left), n)
 	}
 }
 
-// TestSmallTableIsDumpedUntilPresent: a table no larger than tailProbe is
-// dumped until every virtual server is there, then read in bulk once.
-func TestSmallTableIsDumpedUntilPresent(t *testing.T) {
+// TestPollsTakeTurnsWithinTheBudget: a poll whose budget is spent after one
+// read stops there, and the next goes on from the one after, so that every
+// virtual server left is read in turn.
+func TestPollsTakeTurnsWithinTheBudget(t *testing.T) {
 	ctx := context.Background()
 	f := ipvs.NewFake()
-	c := &countingReader{Fake: f}
-	wants := tailWants(10)
+	c := &countingReader{fake: f}
+	c.reset()
+	wants := tailWants(5)
 	aw := newAllWait(wants)
-	for i := range 9 {
-		program(t, f, wants[i], rsIPOf(i))
+	for range 5 {
+		if err := aw.poll(ctx, c, 0); err != nil {
+			t.Fatal(err)
+		}
 	}
-	if present, err := aw.poll(ctx, c, ipfamily.IPv4); err != nil || present != 9 || c.bulk != 0 {
-		t.Fatalf("9 of 10: present %d (err %v), %d bulk reads; want 9 and none", present, err, c.bulk)
+	for _, w := range wants {
+		if c.reads[w.vs.Key()] != 1 {
+			t.Fatalf("5 polls of one read each: reads %v, want each of the 5 once", c.reads)
+		}
 	}
-	program(t, f, wants[9], rsIPOf(9))
-	if present, err := aw.poll(ctx, c, ipfamily.IPv4); err != nil || present != 10 || c.bulk != 1 || aw.complete != 10 {
-		t.Fatalf("10 of 10: present %d (err %v), %d bulk reads, %d complete; want 10, 1, 10", present, err, c.bulk, aw.complete)
+	program(t, f, wants[3], rsIPOf(3))
+	c.reset()
+	for range 4 {
+		if err := aw.poll(ctx, c, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if aw.complete != 1 || c.total() != 4 {
+		t.Fatalf("4 more polls: %d complete, %d reads; want 1, 4", aw.complete, c.total())
 	}
 }
 
