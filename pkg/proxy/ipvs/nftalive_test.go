@@ -356,3 +356,44 @@ func TestNFTUpgradeFromAnUngatedTable(t *testing.T) {
 		}
 	}
 }
+
+// TestNFTAliveRenewedBesideALongSync: one run of the sync loop can take longer
+// than the liveness element's lifetime (4 min at 100,000 Services, against 2 min);
+// the renewal beside the loop keeps the rules on meanwhile, and when it finds the
+// element gone (someone deleted it) the next sync is a full one.
+func TestNFTAliveRenewedBesideALongSync(t *testing.T) {
+	t.Setenv(nftrules.EnvLivenessTimeout, "40s")
+	e := newTestEnv(t, v1.IPv4Protocol)
+	rs := newClockedFake(e)
+	e.useRulesBackend(RulesBackendNFTables, rs, true)
+	e.start(nftServices()...)
+	// 200 s without a sync (one long run of the loop), the renewal every 10 s.
+	for range 20 {
+		rs.step(e, keepAliveEvery)
+		e.p.renewBeside()
+	}
+	if d := nftDump(t, rs); !strings.Contains(d, "element ip-alive ipv4 timeout 40s") {
+		t.Fatalf("the rules lapsed during a 200 s run of the loop with the renewal beside it:\n%s", d)
+	}
+	if e.p.rulesLapsed.Load() {
+		t.Error("renewals of a living element asked for a full sync")
+	}
+	e.mustSync() // a periodic resync, due after 200 s
+
+	tx := nft.NewTransaction()
+	tx.DeleteElements("ip-alive", []string{"ipv4"})
+	if err := rs.Run(context.Background(), tx); err != nil {
+		t.Fatal(err)
+	}
+	rs.step(e, 25*time.Second) // less than half of the lifetime left: renewal due
+	e.p.renewBeside()
+	if !e.p.rulesLapsed.Load() {
+		t.Fatal("the renewal beside the loop found the element gone and did not ask for a full sync")
+	}
+	if st := e.mustSync(); !st.Full {
+		t.Error("the sync after the element was found gone was not a full one")
+	}
+	if d := nftDump(t, rs); !strings.Contains(d, "element ip-alive ipv4 timeout 40s") {
+		t.Errorf("the full sync did not turn the rules on again:\n%s", d)
+	}
+}

@@ -147,6 +147,9 @@ type Proxier struct {
 	addrsChanged atomic.Bool
 	// ahead binds ClusterIPs until the first full sync (bindahead.go); nil after.
 	ahead atomic.Pointer[bindAhead]
+	// rulesLapsed: the renewal beside the loop found the rules' liveness gone
+	// (keepAliveBeside); the next sync is a full one.
+	rulesLapsed atomic.Bool
 
 	mu          sync.Mutex // guards everything below
 	initialized atomic.Bool
@@ -324,6 +327,9 @@ func (p *Proxier) SyncLoop() {
 		p.opts.HealthzServer.Updated(p.opts.IPFamily)
 	}
 	observeQueued(p.opts.IPFamily)
+	if p.opts.RulesBackend == RulesBackendNFTables {
+		go p.keepAliveBeside()
+	}
 	p.syncRunner.Loop(p.ctx.Done())
 }
 
@@ -451,6 +457,9 @@ func (p *Proxier) syncProxyRules() {
 		return
 	}
 	p.endBindAhead() // before the first full sync reads the addresses
+	if p.rulesLapsed.Swap(false) {
+		p.needFull = true
+	}
 	start := p.clock.Now()
 	stats, full, err := p.runSyncs(start)
 	stats.addSlice(alive) // the liveness element's renewal, if any

@@ -64,8 +64,11 @@ type nftBackend struct {
 	// the quiet set, so an address leaving it never races one coming in.
 	quietMu sync.Mutex
 	quieted map[string]int
-	// alive is what we know of the family's liveness element (alive.go).
-	alive liveness
+	// alive is what we know of the family's liveness element (alive.go);
+	// aliveMu guards it, and orders the writes of the element, which the sync
+	// loop and the renewal beside it (rules.KeepAlive from another goroutine) make.
+	aliveMu sync.Mutex
+	alive   liveness
 	// other are the elements no member stands for one to one (the source ranges,
 	// and elements someone else added), as last read or written.
 	other nftElements
@@ -305,6 +308,8 @@ func (b *nftBackend) observeSets(ctx context.Context, c rules.Counter) (*rules.O
 // priority), every object of this family is deleted and written anew in one
 // transaction; the sets are then empty until the elements are written.
 func (b *nftBackend) prepare(ctx context.Context, c rules.Counter, out *rules.Outcome) error {
+	b.aliveMu.Lock()
+	defer b.aliveMu.Unlock()
 	rs := countedRuleset{b.rs, c}
 	prog, err := buildNFTProgramme(&programmeInput{cfg: b.cfg})
 	if err != nil {
