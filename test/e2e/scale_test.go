@@ -590,13 +590,13 @@ func TestScaleVM(t *testing.T) {
 			continue
 		}
 		if m := scaleMax(f.lat); changeMax > 0 && m > changeMax {
-			t.Errorf("ours: a one-endpoint change took %s, over the bound of %s (KPI_SCALE_CHANGE_MAX)", scaleMs(m), scaleMs(changeMax))
+			t.Errorf("%s: a one-endpoint change took %s, over the bound of %s (KPI_SCALE_CHANGE_MAX)", f.name, scaleMs(m), scaleMs(changeMax))
 		}
 		if p99 := scalePercentile(f.lat, 99); changeP99 > 0 && p99 > changeP99 {
-			t.Errorf("ours: one-endpoint changes p99 %s, over the bound of %s (KPI_SCALE_CHANGE_P99)", scaleMs(p99), scaleMs(changeP99))
+			t.Errorf("%s: one-endpoint changes p99 %s, over the bound of %s (KPI_SCALE_CHANGE_P99)", f.name, scaleMs(p99), scaleMs(changeP99))
 		}
 		if resyncMax > 0 && f.fullMean > resyncMax {
-			t.Errorf("ours: periodic full resyncs took %s in the sync loop (mean of %d), over the bound of %s (KPI_SCALE_RESYNC_MAX)", scaleMs(f.fullMean), f.fullCount, scaleMs(resyncMax))
+			t.Errorf("%s: periodic full resyncs took %s in the sync loop (mean of %d), over the bound of %s (KPI_SCALE_RESYNC_MAX)", f.name, scaleMs(f.fullMean), f.fullCount, scaleMs(resyncMax))
 		}
 	}
 }
