@@ -40,6 +40,8 @@ type kernelMemory struct {
 	// are complete compares every key against it (warm.go).
 	warmed   bool
 	lastFull time.Time
+	// lastRead is how long the last periodic resync read took (resyncDue).
+	lastRead time.Duration
 	// setsEmptied is set by a backend's prepare that wrote its sets anew (empty).
 	setsEmptied bool
 	// draining are the TCP real servers at weight 0 whose endpoint is gone, with

@@ -505,7 +505,7 @@ func (p *Proxier) runSyncs(start time.Time) (SyncStats, bool, error) {
 	var changes SyncStats // a periodic resync's changes, applied before it
 	var err error
 	if !full {
-		if p.resync == nil && start.Sub(p.lastFull) >= p.opts.SyncPeriod {
+		if p.resync == nil && p.resyncDue(start) {
 			p.startResync()
 		}
 		if p.resyncRead() && p.changesPending() {

@@ -397,3 +397,31 @@ func TestResyncChangesSyncFails(t *testing.T) {
 		t.Error("the read outlived the failure")
 	}
 }
+
+// TestSlowResyncReadsArePaced: a periodic resync read that took longer than a
+// third of the sync period puts the next one resyncPace times its duration
+// after the full sync that took it, not a sync period.
+func TestSlowResyncReadsArePaced(t *testing.T) {
+	e := newTestEnv(t, v1.IPv4Protocol)
+	e.start(makeService("ns", "web", clusterIP("10.96.0.10"), port("http", v1.ProtocolTCP, 80, 0)),
+		makeSlice("ns", "web", "web-1", tcp("http", 8080), endpoint("10.244.1.5")))
+	reads := 0
+	e.p.goResync = func(f func()) { // a read that takes 60 s
+		reads++
+		e.clock.Step(60 * time.Second)
+		f()
+	}
+	e.clock.Step(e.opts.SyncPeriod)
+	if st := e.mustSync(); !st.Full || reads != 1 {
+		t.Fatalf("a sync period after the start: full %v, %d reads; want a full sync over 1 read", st.Full, reads)
+	}
+	// 3 x 60 s must pass after that full sync; a sync period is not enough.
+	e.clock.Step(e.opts.SyncPeriod)
+	if st := e.mustSync(); st.Full || reads != 1 {
+		t.Errorf("a sync period after a 60 s read: full %v, %d reads; want no read", st.Full, reads)
+	}
+	e.clock.Step(resyncPace*60*time.Second - e.opts.SyncPeriod)
+	if st := e.mustSync(); !st.Full || reads != 2 {
+		t.Errorf("3 x 60 s after it: full %v, %d reads; want the next read", st.Full, reads)
+	}
+}
