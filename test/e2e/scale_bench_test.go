@@ -34,11 +34,10 @@ const (
 
 // startSuffixes: ours or ours-nftables with warm start on ("ours-warm": the first
 // lists' objects programmed as they arrive) or off ("ours-cold": nothing before
-// the lists are complete, as upstream; also the default, "ours"), or without
-// binding the first list's ClusterIPs ahead of the first sync ("ours-noahead";
-// the default binds them as they arrive).
+// the lists are complete, as upstream; also the default, "ours"), or binding the
+// first list's ClusterIPs as they arrive ("ours-ahead", --ipvs-bind-ahead).
 var startSuffixes = map[string][]string{"-warm": {"--ipvs-warm-start=true"}, "-cold": {"--ipvs-warm-start=false"},
-	"-noahead": {"--ipvs-bind-ahead=false"}}
+	"-ahead": {"--ipvs-bind-ahead=true"}}
 
 // splitStartSuffix is name without its start suffix, and the flags the suffix adds.
 func splitStartSuffix(name string) (string, []string) {

@@ -461,18 +461,18 @@ func TestExtrasInConfigFiles(t *testing.T) {
 	warm("--ipvs-config", written("--ipvs-config", on), true)
 	warm("flag over --ipvs-config", written("--ipvs-config", on, "--ipvs-warm-start=false"), false)
 
-	// --ipvs-bind-ahead: on unless the flag or a document says otherwise.
+	// --ipvs-bind-ahead: off unless the flag or a document says otherwise.
 	ahead := func(name string, e *proxyconfigapi.Extras, want bool) {
 		t.Helper()
 		if e.BindAhead == nil || *e.BindAhead != want {
 			t.Errorf("%s: bindAhead %v, want %v", name, e.BindAhead, want)
 		}
 	}
-	ahead("default", written(), true)
-	ahead("flag", written("--ipvs-bind-ahead=false"), false)
-	off := writeFile(t, "ahead.yaml", ours("iptables", false)+"bindAhead: false\n")
-	ahead("--ipvs-config", written("--ipvs-config", off), false)
-	ahead("flag over --ipvs-config", written("--ipvs-config", off, "--ipvs-bind-ahead"), true)
+	ahead("default", written(), false)
+	ahead("flag", written("--ipvs-bind-ahead"), true)
+	onAhead := writeFile(t, "ahead.yaml", ours("iptables", false)+"bindAhead: true\n")
+	ahead("--ipvs-config", written("--ipvs-config", onAhead), true)
+	ahead("flag over --ipvs-config", written("--ipvs-config", onAhead, "--ipvs-bind-ahead=false"), false)
 
 	// Bad files stop the daemon with one line naming the file and the field.
 	for name, tc := range map[string]struct {

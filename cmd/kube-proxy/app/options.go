@@ -33,7 +33,7 @@ type Options struct {
 	// WarmStart is --ipvs-warm-start (ours): program the objects of the first lists
 	// as they arrive, adding only, instead of after the lists are complete.
 	WarmStart bool
-	// BindAhead is --ipvs-bind-ahead (ours, on by default): bind the ClusterIPs of
+	// BindAhead is --ipvs-bind-ahead (ours): bind the ClusterIPs of
 	// the first Service list to kube-ipvs0 while the lists still come in.
 	BindAhead bool
 	// RulesBackend is --ipvs-rules-backend (ours): where the sets and rules beside
@@ -61,7 +61,6 @@ func newOptions(cfg *v1alpha1.KubeProxyConfiguration, fg featuregate.MutableVers
 		// RulesBackend's default is upstream's programme.
 		RulesBackend: ipvsproxy.RulesBackendIPTables,
 		metricsPort:  proxyconfigapi.ProxyStatusPort,
-		BindAhead:    true,
 	}
 }
 
@@ -94,7 +93,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.BoolVar(&c.BindAddressHardFail, "bind-address-hard-fail", c.BindAddressHardFail, "If true kube-proxy will treat failure to bind to a port as fatal and exit")
 	fs.BoolVar(&o.VirtualServerMetrics, "ipvs-virtual-server-metrics", o.VirtualServerMetrics, "If true, export per-Service IPVS counters (connections, packets, bytes per virtual server) as kubeproxy_ipvs_virtual_server_* metrics. Not an upstream flag; each scrape reads the IPVS table once.")
 	fs.BoolVar(&o.WarmStart, "ipvs-warm-start", o.WarmStart, "If true, program the Services and endpoints of the first lists from the API server as they arrive, adding only (nothing is removed until the lists are complete), instead of waiting for the whole lists as upstream kube-proxy does. Off by default: on a 2-vCPU node it measured no faster (docs/PERFORMANCE.md). Not an upstream flag.")
-	fs.BoolVar(&o.BindAhead, "ipvs-bind-ahead", o.BindAhead, "If true, bind the ClusterIPs of the Services of the first list from the API server to kube-ipvs0 as they arrive, while the lists still come in, instead of in the first sync after them (binding N addresses costs the kernel O(N^2)); nothing else is programmed before the lists are complete, and the first sync removes any address no Service wants. Ignored with --ipvs-warm-start, which binds them itself. Not an upstream flag.")
+	fs.BoolVar(&o.BindAhead, "ipvs-bind-ahead", o.BindAhead, "If true, bind the ClusterIPs of the Services of the first list from the API server to kube-ipvs0 as they arrive, while the lists still come in, instead of in the first sync after them (binding N addresses costs the kernel O(N^2)); nothing else is programmed before the lists are complete, and the first sync removes any address no Service wants. Ignored with --ipvs-warm-start, which binds them itself. Off by default: on a 2-vCPU node the binds took CPU from the lists and it measured no faster (docs/PERFORMANCE.md). Not an upstream flag.")
 	fs.StringVar(&o.RulesBackend, "ipvs-rules-backend", o.RulesBackend, "Where the rules that go with IPVS live: 'iptables' (ipsets and iptables chains, as upstream kube-proxy's ipvs mode) or 'nftables' (one nftables table, inet kube-proxy-ipvs; needs neither ipset nor iptables). Switching removes the other backend's rules once the new ones are written. Not an upstream flag.")
 	fs.BoolVar(&c.EnableProfiling, "profiling", c.EnableProfiling, "If true enables profiling via web interface on /debug/pprof handler.")
 	fs.StringVar(&c.ShowHiddenMetricsForVersion, "show-hidden-metrics-for-version", c.ShowHiddenMetricsForVersion,

@@ -28,11 +28,10 @@
 //	    read every -slow-interval: the set sizes over netlink (`ipset list -t`
 //	    if that fails), the rules by running iptables-save, only once the sets
 //	    are complete (a process costs ~80 ms under TCG).
-//	    To stay cheap next to the daemon it measures, it never dumps the whole
-//	    table (the kernel's dumps are O(N^2), see allWait): a poll reads the
-//	    real servers of the virtual servers not complete yet, one request
-//	    each, in turns, for at most probeBudget (100 ms), and a virtual server
-//	    once complete is not read again.
+//	    To stay cheap next to the daemon it measures, a poll is one dump of the
+//	    virtual servers and a read of the real servers of each new one; once
+//	    that costs more than reading every one not complete yet (the kernel's
+//	    dumps are O(N^2), see allWait), only those are read.
 //	    With virtual servers to wait for, nftables sets (read by listing every
 //	    element: seconds at 100,000 Services) are first read once IPVS is
 //	    complete, so their time is when that read ended.
@@ -184,25 +183,28 @@ func readWants(single bool, vsKey, rsKey, all string) ([]want, error) {
 
 // ipvsReader is what the -all wait reads: *ipvs.Client, or the fake in tests.
 type ipvsReader interface {
+	GetVirtualServers(ctx context.Context) ([]*ipvs.VirtualServer, error)
 	GetRealServers(ctx context.Context, vs *ipvs.VirtualServer) ([]*ipvs.RealServer, error)
 }
 
-// probeBudget is how long one poll of the -all wait may probe before it
-// yields (the wait after it is paceFactor times what it took).
-const probeBudget = 100 * time.Millisecond
-
-// allWait is the state of the -all wait: the wanted virtual servers not
-// complete yet are read one by one, in turns, each a dump of its real
-// servers (one lookup in the kernel's table). A dump of every virtual server
-// costs the kernel O(N^2) (each netlink round restarts its walk of the table,
-// as each 4 KiB read of /proc/net/ip_vs does): at 100,000 Services the
-// poller's dumps took 172 s of the VM's system CPU and its waits grew to 60 s.
+// allWait is the state of the -all wait. A poll is one dump of the virtual
+// servers (which are there), then one read of the real servers of each wanted
+// virtual server there and not complete yet (a probe: one request, one lookup
+// in the kernel's table); a virtual server once complete is not read again.
+// A dump costs the kernel O(N^2) (each netlink round restarts its walk of the
+// table; at 100,000 Services dumps took the poller 172 s of the VM's system CPU
+// and its waits grew to 60 s), probing every wanted one O(N) with a larger
+// constant (3 s at 10,000 under TCG). So once probing all that are left costs
+// less than the last dump, the polls only probe them.
 type allWait struct {
 	wants    []want
 	done     []bool
 	complete int
-	left     []int // indexes of the wants not complete, in the order probed
-	cursor   int   // the next of left to probe
+	left     []int // indexes of the wants not complete
+	// dumpCost is what the last dump took, probeCost one probe (the mean of
+	// the last poll's); probing: the polls no longer dump.
+	dumpCost, probeCost time.Duration
+	probing             bool
 }
 
 func newAllWait(wants []want) *allWait {
@@ -213,32 +215,58 @@ func newAllWait(wants []want) *allWait {
 	return a
 }
 
-// poll probes the wanted virtual servers not complete, from where the last
-// poll stopped, each at most once, until budget is spent (at least one),
-// marking those that hold exactly their real servers (weight > 0).
-func (a *allWait) poll(ctx context.Context, c ipvsReader, budget time.Duration) error {
-	start := time.Now()
-	for n := len(a.left); n > 0; n-- {
-		if a.cursor >= len(a.left) {
-			a.cursor = 0
+// poll is one poll of the -all wait (see allWait).
+func (a *allWait) poll(ctx context.Context, c ipvsReader) error {
+	if a.probing {
+		return a.probe(ctx, c, nil)
+	}
+	began := time.Now()
+	vss, err := c.GetVirtualServers(ctx)
+	if err != nil {
+		return err
+	}
+	a.dumpCost = time.Since(began)
+	have := make(map[string]bool, len(vss))
+	for _, vs := range vss {
+		have[vs.Key()] = true
+	}
+	if err := a.probe(ctx, c, have); err != nil {
+		return err
+	}
+	if a.probeCost > 0 && time.Duration(len(a.left))*a.probeCost < a.dumpCost {
+		a.probing = true
+	}
+	return nil
+}
+
+// probe reads the real servers of the wanted virtual servers not complete
+// (only those in have, unless it is nil) and marks those holding exactly
+// theirs (weight > 0).
+func (a *allWait) probe(ctx context.Context, c ipvsReader, have map[string]bool) error {
+	began, probes := time.Now(), 0
+	still := a.left[:0]
+	for k, i := range a.left {
+		w := a.wants[i]
+		if have != nil && !have[w.vs.Key()] {
+			still = append(still, i)
+			continue
 		}
-		i := a.left[a.cursor]
-		rss, err := c.GetRealServers(ctx, a.wants[i].vs)
+		rss, err := c.GetRealServers(ctx, w.vs)
 		if err != nil {
+			a.left = append(still, a.left[k:]...)
 			return err
 		}
-		if rsKeys(rss) == a.wants[i].rss {
+		probes++
+		if rsKeys(rss) == w.rss {
 			a.done[i] = true
 			a.complete++
-			last := len(a.left) - 1
-			a.left[a.cursor] = a.left[last]
-			a.left = a.left[:last]
-		} else {
-			a.cursor++
+			continue
 		}
-		if time.Since(start) >= budget {
-			break
-		}
+		still = append(still, i)
+	}
+	a.left = still
+	if probes > 0 {
+		a.probeCost = time.Since(began) / time.Duration(probes)
 	}
 	return nil
 }
@@ -276,7 +304,7 @@ func run(ready, vsKey, rsKey, all string, interval, timeout time.Duration, slow 
 				aw.done[0], aw.complete = true, 1
 			}
 		} else if aw.complete < len(wants) {
-			if err := aw.poll(ctx, c, probeBudget); err != nil {
+			if err := aw.poll(ctx, c); err != nil {
 				return err
 			}
 		}

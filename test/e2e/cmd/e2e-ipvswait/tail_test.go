@@ -10,11 +10,19 @@ import (
 	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/ipvs"
 )
 
-// countingReader counts the reads the -all wait makes of a fake IPVS; the
-// fake's table dumps are left out of the interface it gets.
+// countingReader counts the reads the -all wait makes of a fake IPVS; a dump
+// takes dumpCost.
 type countingReader struct {
-	fake  *ipvs.Fake
-	reads map[string]int // by virtual server
+	fake     *ipvs.Fake
+	dumps    int
+	reads    map[string]int // probes, by virtual server
+	dumpCost time.Duration
+}
+
+func (c *countingReader) GetVirtualServers(ctx context.Context) ([]*ipvs.VirtualServer, error) {
+	c.dumps++
+	time.Sleep(c.dumpCost)
+	return c.fake.GetVirtualServers(ctx)
 }
 
 func (c *countingReader) GetRealServers(ctx context.Context, vs *ipvs.VirtualServer) ([]*ipvs.RealServer, error) {
@@ -30,7 +38,7 @@ func (c *countingReader) total() int {
 	return n
 }
 
-func (c *countingReader) reset() { c.reads = map[string]int{} }
+func (c *countingReader) reset() { c.dumps, c.reads = 0, map[string]int{} }
 
 // tailWants are n virtual servers 10.96.X.Y:80, each with the one real
 // server 10.244.X.Y:8080.
@@ -63,77 +71,83 @@ func program(t *testing.T, f *ipvs.Fake, w want, rsIP net.IP) {
 
 func rsIPOf(i int) net.IP { return net.IPv4(10, 244, byte(i>>8), byte(i)) }
 
-// TestPollsReadOnlyWhatIsLeft: a poll reads each virtual server not complete
-// once (its real servers: missing, partial, wrong or complete) and never one
-// that was complete.
-func TestPollsReadOnlyWhatIsLeft(t *testing.T) {
+// TestPollsReadTheNewOnes: a poll dumps the table and reads the real servers
+// of each wanted virtual server there and not complete (missing, partial or
+// wrong real servers), never one that was complete or is not there.
+func TestPollsReadTheNewOnes(t *testing.T) {
 	const n = 1000
 	ctx := context.Background()
 	f := ipvs.NewFake()
-	c := &countingReader{fake: f}
+	c := &countingReader{fake: f, dumpCost: 0}
 	c.reset()
 	wants := tailWants(n)
 	aw := newAllWait(wants)
-	for i := range 900 {
+	for i := range 500 {
 		program(t, f, wants[i], rsIPOf(i))
 	}
-	program(t, f, wants[900], nil)                       // no real server yet
-	program(t, f, wants[901], net.IPv4(10, 244, 99, 99)) // the wrong one
-	if err := aw.poll(ctx, c, time.Hour); err != nil {
+	program(t, f, wants[500], nil)                       // no real server yet
+	program(t, f, wants[501], net.IPv4(10, 244, 99, 99)) // the wrong one
+	if err := aw.poll(ctx, c); err != nil {
 		t.Fatal(err)
 	}
-	if aw.complete != 900 || c.total() != n || len(c.reads) != n {
-		t.Fatalf("first poll: %d complete, %d reads of %d virtual servers; want 900, %d of %d", aw.complete, c.total(), len(c.reads), n, n)
+	if aw.complete != 500 || c.dumps != 1 || c.total() != 502 || aw.probing {
+		t.Fatalf("first poll: %d complete, %d dumps, %d probes, probing %v; want 500, 1, 502, false", aw.complete, c.dumps, c.total(), aw.probing)
 	}
-	c.reset()
-	if err := aw.poll(ctx, c, time.Hour); err != nil {
-		t.Fatal(err)
-	}
-	if aw.complete != 900 || c.total() != 100 || c.reads[wants[0].vs.Key()] != 0 || c.reads[wants[950].vs.Key()] != 1 {
-		t.Fatalf("second poll: %d complete, %d reads (%d of a complete one); want 900 and 100 reads, none of a complete one",
-			aw.complete, c.total(), c.reads[wants[0].vs.Key()])
-	}
-	if err := f.DeleteRealServer(ctx, wants[901].vs, &ipvs.RealServer{Address: net.IPv4(10, 244, 99, 99), Port: 8080}); err != nil {
-		t.Fatal(err)
-	}
-	for i := 900; i < n; i++ {
+	for i := 502; i < 900; i++ {
 		program(t, f, wants[i], rsIPOf(i))
 	}
 	c.reset()
-	if err := aw.poll(ctx, c, time.Hour); err != nil || aw.complete != n || c.total() != 100 || len(aw.left) != 0 {
-		t.Fatalf("all programmed: %d complete (err %v), %d reads, %d left; want %d, 100, 0", aw.complete, err, c.total(), len(aw.left), n)
+	if err := aw.poll(ctx, c); err != nil {
+		t.Fatal(err)
+	}
+	if aw.complete != 898 || c.total() != 400 || c.reads[wants[0].vs.Key()] != 0 || c.reads[wants[950].vs.Key()] != 0 {
+		t.Fatalf("second poll: %d complete, %d probes (%d of a complete one, %d of a missing one); want 898 and 400 probes, none of those",
+			aw.complete, c.total(), c.reads[wants[0].vs.Key()], c.reads[wants[950].vs.Key()])
+	}
+	if err := f.DeleteRealServer(ctx, wants[501].vs, &ipvs.RealServer{Address: net.IPv4(10, 244, 99, 99), Port: 8080}); err != nil {
+		t.Fatal(err)
+	}
+	for i := 500; i < n; i++ {
+		if i < 502 || i >= 900 {
+			program(t, f, wants[i], rsIPOf(i))
+		}
+	}
+	c.reset()
+	if err := aw.poll(ctx, c); err != nil || aw.complete != n || c.total() != 102 || len(aw.left) != 0 {
+		t.Fatalf("all programmed: %d complete (err %v), %d probes, %d left; want %d, 102, 0", aw.complete, err, c.total(), len(aw.left), n)
 	}
 }
 
-// TestPollsTakeTurnsWithinTheBudget: a poll whose budget is spent after one
-// read stops there, and the next goes on from the one after, so that every
-// virtual server left is read in turn.
-func TestPollsTakeTurnsWithinTheBudget(t *testing.T) {
+// TestPollsStopDumpingWhenProbesCostLess: once reading each virtual server left
+// costs less than the last dump, a poll no longer dumps and reads all left.
+func TestPollsStopDumpingWhenProbesCostLess(t *testing.T) {
 	ctx := context.Background()
 	f := ipvs.NewFake()
-	c := &countingReader{fake: f}
+	c := &countingReader{fake: f, dumpCost: 50 * time.Millisecond}
 	c.reset()
-	wants := tailWants(5)
+	wants := tailWants(20)
 	aw := newAllWait(wants)
-	for range 5 {
-		if err := aw.poll(ctx, c, 0); err != nil {
-			t.Fatal(err)
-		}
+	for i := range 10 {
+		program(t, f, wants[i], rsIPOf(i))
 	}
-	for _, w := range wants {
-		if c.reads[w.vs.Key()] != 1 {
-			t.Fatalf("5 polls of one read each: reads %v, want each of the 5 once", c.reads)
-		}
+	if err := aw.poll(ctx, c); err != nil {
+		t.Fatal(err)
 	}
-	program(t, f, wants[3], rsIPOf(3))
+	if !aw.probing || aw.complete != 10 {
+		t.Fatalf("10 probes of a fake after a 50 ms dump: probing %v, %d complete; want probing, 10", aw.probing, aw.complete)
+	}
 	c.reset()
-	for range 4 {
-		if err := aw.poll(ctx, c, 0); err != nil {
-			t.Fatal(err)
-		}
+	if err := aw.poll(ctx, c); err != nil {
+		t.Fatal(err)
 	}
-	if aw.complete != 1 || c.total() != 4 {
-		t.Fatalf("4 more polls: %d complete, %d reads; want 1, 4", aw.complete, c.total())
+	if c.dumps != 0 || c.total() != 10 {
+		t.Fatalf("probing: %d dumps, %d probes; want 0 and the 10 left", c.dumps, c.total())
+	}
+	for i := 10; i < 20; i++ {
+		program(t, f, wants[i], rsIPOf(i))
+	}
+	if err := aw.poll(ctx, c); err != nil || aw.complete != 20 {
+		t.Fatalf("all programmed: %d complete (err %v)", aw.complete, err)
 	}
 }
 
