@@ -508,9 +508,22 @@ func scaleReboot(ctx context.Context) error {
 	if err := vm.WriteFile(ctx, scaleWaiter, scaleWaiterBin, 0o755); err != nil {
 		return fmt.Errorf("writing the poller into the VM again: %w", err)
 	}
+	if scaleWant != nil { // the floor reads it after the last column
+		if err := vm.WriteFile(ctx, scaleWantPath, scaleWant, 0o644); err != nil {
+			return fmt.Errorf("writing %s into the VM again: %w", scaleWantPath, err)
+		}
+	}
 	scaleReboots++
 	return nil
 }
+
+// scaleWantPath is, in the VM, every Service's virtual server and real servers
+// as the last column left them (scaleWant): what the poller waits for and what
+// the floor's tools write.
+const scaleWantPath = "/tmp/scale-want.txt"
+
+// scaleWant is the content of scaleWantPath, written again after a reboot.
+var scaleWant []byte
 
 // scaleReboots counts scaleReboot's boots in this run (KPI_SCALE_REBOOT adds
 // one after every column).

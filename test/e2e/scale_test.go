@@ -671,7 +671,8 @@ func scaleRunProxy(t *testing.T, ctx context.Context, client kubernetes.Interfac
 		}
 		want.WriteString("\n")
 	}
-	if err := vm.WriteFile(ctx, "/tmp/scale-want.txt", []byte(want.String()), 0o644); err != nil {
+	scaleWant = []byte(want.String())
+	if err := vm.WriteFile(ctx, scaleWantPath, scaleWant, 0o644); err != nil {
 		t.Fatal(err)
 	}
 	nft := p.rulesBackend == "nftables"
@@ -683,7 +684,7 @@ func scaleRunProxy(t *testing.T, ctx context.Context, client kubernetes.Interfac
 	if nft {
 		iptText = "" // no iptables rule to wait for: the table's sets are the rules' part
 	}
-	allArg := []string{"-all", "/tmp/scale-want.txt"}
+	allArg := []string{"-all", scaleWantPath}
 	if upNFT {
 		// Upstream's nftables mode writes its whole ruleset in one transaction: the
 		// service-ips map complete is everything there (checked below).

@@ -167,3 +167,26 @@ func TestListedSetsWaitForIPVS(t *testing.T) {
 		}
 	}
 }
+
+// TestPacedByTheDumpNotTheFirstReads: the wait after a poll that dumped is paced
+// by the dump, not by the one-time reads of the new virtual servers; after one
+// that only probed, by its probes.
+func TestPacedByTheDumpNotTheFirstReads(t *testing.T) {
+	ctx := context.Background()
+	f := ipvs.NewFake()
+	c := &countingReader{fake: f, dumpCost: 5 * time.Millisecond}
+	c.reset()
+	wants := tailWants(2000)
+	aw := newAllWait(wants)
+	for i := range 2000 {
+		program(t, f, wants[i], rsIPOf(i))
+	}
+	began := time.Now()
+	if err := aw.poll(ctx, c); err != nil {
+		t.Fatal(err)
+	}
+	took := time.Since(began)
+	if aw.paced < c.dumpCost || aw.paced > took || aw.paced != aw.dumpCost {
+		t.Fatalf("a poll of a %s dump and 2,000 first reads (%s in all) is paced by %s; want the dump's %s", c.dumpCost, took, aw.paced, aw.dumpCost)
+	}
+}
