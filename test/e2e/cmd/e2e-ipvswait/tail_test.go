@@ -71,20 +71,27 @@ func program(t *testing.T, f *ipvs.Fake, w want, rsIP net.IP) {
 
 func rsIPOf(i int) net.IP { return net.IPv4(10, 244, byte(i>>8), byte(i)) }
 
+// tailFixture is a fake IPVS whose dumps take dumpCost, holding the first
+// programmed of n wanted virtual servers, and an -all wait for the n.
+func tailFixture(t *testing.T, n, programmed int, dumpCost time.Duration) (*ipvs.Fake, *countingReader, []want, *allWait) {
+	t.Helper()
+	f := ipvs.NewFake()
+	c := &countingReader{fake: f, dumpCost: dumpCost}
+	c.reset()
+	wants := tailWants(n)
+	for i := range programmed {
+		program(t, f, wants[i], rsIPOf(i))
+	}
+	return f, c, wants, newAllWait(wants)
+}
+
 // TestPollsReadTheNewOnes: a poll dumps the table and reads the real servers
 // of each wanted virtual server there and not complete (missing, partial or
 // wrong real servers), never one that was complete or is not there.
 func TestPollsReadTheNewOnes(t *testing.T) {
 	const n = 1000
 	ctx := context.Background()
-	f := ipvs.NewFake()
-	c := &countingReader{fake: f, dumpCost: 0}
-	c.reset()
-	wants := tailWants(n)
-	aw := newAllWait(wants)
-	for i := range 500 {
-		program(t, f, wants[i], rsIPOf(i))
-	}
+	f, c, wants, aw := tailFixture(t, n, 500, 0)
 	program(t, f, wants[500], nil)                       // no real server yet
 	program(t, f, wants[501], net.IPv4(10, 244, 99, 99)) // the wrong one
 	if err := aw.poll(ctx, c); err != nil {
@@ -122,14 +129,7 @@ func TestPollsReadTheNewOnes(t *testing.T) {
 // costs less than the last dump, a poll no longer dumps and reads all left.
 func TestPollsStopDumpingWhenProbesCostLess(t *testing.T) {
 	ctx := context.Background()
-	f := ipvs.NewFake()
-	c := &countingReader{fake: f, dumpCost: 50 * time.Millisecond}
-	c.reset()
-	wants := tailWants(20)
-	aw := newAllWait(wants)
-	for i := range 10 {
-		program(t, f, wants[i], rsIPOf(i))
-	}
+	f, c, wants, aw := tailFixture(t, 20, 10, 50*time.Millisecond)
 	if err := aw.poll(ctx, c); err != nil {
 		t.Fatal(err)
 	}
@@ -169,18 +169,10 @@ func TestListedSetsWaitForIPVS(t *testing.T) {
 }
 
 // TestPacedByTheDumpNotTheFirstReads: the wait after a poll that dumped is paced
-// by the dump, not by the one-time reads of the new virtual servers; after one
-// that only probed, by its probes.
+// by the dump, not by the one-time reads of the new virtual servers.
 func TestPacedByTheDumpNotTheFirstReads(t *testing.T) {
 	ctx := context.Background()
-	f := ipvs.NewFake()
-	c := &countingReader{fake: f, dumpCost: 5 * time.Millisecond}
-	c.reset()
-	wants := tailWants(2000)
-	aw := newAllWait(wants)
-	for i := range 2000 {
-		program(t, f, wants[i], rsIPOf(i))
-	}
+	_, c, _, aw := tailFixture(t, 2000, 2000, 5*time.Millisecond)
 	began := time.Now()
 	if err := aw.poll(ctx, c); err != nil {
 		t.Fatal(err)
