@@ -14,8 +14,9 @@ the record's columns are kept in the repository, docs/conformance/). In a folder
 commit, start, time, focus, skip list and the patterns of the specs run alone;
 junit_01.xml is its ginkgo report (a column without one, whose cluster or suite
 did not finish, shows "no report"), alone/junit_01.xml that of the specs run
-alone after the others (test/conformance/passes.sh), which replaces the first
-report's entry (a skip there) for each spec it ran.
+alone after the others (test/conformance/passes.sh) and three/junit_01.xml that
+of the specs run on a cluster of three nodes (three-nodes.txt), each of which
+replaces the first report's entry (a skip there) for each spec it ran.
 The columns shown are those with the newest column's focus and address
 families; any other is named and left out. The page is the record, written to
 F, when all three columns ran the whole default focus and have a report.
@@ -80,11 +81,14 @@ def column(out, c):
     meta = json.load(open(p))
     junit = os.path.join(out, c, "junit_01.xml")
     specs = read_column(junit, re.compile(meta["focus"])) if os.path.exists(junit) else None
-    alone = os.path.join(out, c, "alone", "junit_01.xml")
-    if specs is not None and os.path.exists(alone):
-        for n, v in read_column(alone, re.compile(meta["focus"])).items():
-            if v[0] != "skip":
-                specs[n] = v
+    three = os.path.join(out, c, "three", "junit_01.xml")
+    if specs is None and meta.get("two_nodes") is False and os.path.exists(three):
+        specs = {}  # the focus held only specs of three-nodes.txt
+    for extra in (os.path.join(out, c, "alone", "junit_01.xml"), three):
+        if specs is not None and os.path.exists(extra):
+            for n, v in read_column(extra, re.compile(meta["focus"])).items():
+                if v[0] != "skip" or n not in specs:
+                    specs[n] = v
     return meta, specs
 
 
@@ -136,12 +140,12 @@ def patterns(w, intro, pairs):
     w.append("")
 
 
-def alone_patterns(shown):
-    """The alone.txt lines of the shown columns (a column older than alone.txt
-    has none), each once."""
+def alone_patterns(shown, key="alone"):
+    """The alone.txt lines (key "three_nodes": three-nodes.txt's) of the shown
+    columns (a column older than the file has none), each once."""
     seen = []
     for m, _ in shown.values():
-        for x in m.get("alone") or []:
+        for x in m.get(key) or []:
             if tuple(x) not in seen:
                 seen.append(tuple(x))
     return seen
@@ -162,6 +166,10 @@ def header(shown, left_out, skips):
     if alone:
         w.append("- run alone, after the others and with one ginkgo process: test/conformance/alone.txt"
                  " (%d pattern%s, below)" % (len(alone), "" if len(alone) == 1 else "s"))
+    three = alone_patterns(shown, "three_nodes")
+    if three:
+        w.append("- run on a second fresh cluster of three nodes: test/conformance/three-nodes.txt"
+                 " (%d pattern%s, below)" % (len(three), "" if len(three) == 1 else "s"))
     w.append("- columns: upstream-ipvs is upstream kube-proxy v1.37.2 `--proxy-mode=ipvs` from kubeadm's")
     w.append("  addon; ours-iptables and ours-nftables are our image with kubeadm's addon objects and")
     w.append("  deploy/kubeadm-extras, `rulesBackend` iptables and nftables")
@@ -260,6 +268,12 @@ def render(out):
         w.append("## Run alone, and why")
         w.append("")
         patterns(w, "On the same cluster after the others, with one ginkgo process (test/conformance/alone.txt):", alone)
+    three = alone_patterns(shown, "three_nodes")
+    if three:
+        w.append("## Run on three nodes, and why")
+        w.append("")
+        patterns(w, "On a second fresh cluster of three nodes, after the two-node one, with one ginkgo process"
+                 " (test/conformance/three-nodes.txt):", three)
 
     w.append("## Every spec")
     w.append("")

@@ -204,36 +204,72 @@ func TestReportSpecsRunAlone(t *testing.T) {
 	const terminating = "[sig-network] Services should fallback to terminating endpoints when there are no ready endpoints with internalTrafficPolicy=Cluster"
 	_, text, _ := report(t, func(out string) {
 		dir := filepath.Join(out, "ours-iptables")
-		edit := func(name, old, new string) {
-			t.Helper()
-			b, err := os.ReadFile(filepath.Join(dir, name))
-			if err == nil && !strings.Contains(string(b), old) {
-				t.Fatalf("%s lacks %q", name, old)
-			}
-			if err == nil {
-				err = os.WriteFile(filepath.Join(dir, name), []byte(strings.Replace(string(b), old, new, 1)), 0o644)
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-		}
-		edit("junit_01.xml", "  </testsuite>", `    <testcase name="[It] `+terminating+`" status="skipped" time="0"><skipped message="skipped"></skipped></testcase>
+		editFile(t, dir, "junit_01.xml", "  </testsuite>", `    <testcase name="[It] `+terminating+`" status="skipped" time="0"><skipped message="skipped"></skipped></testcase>
   </testsuite>`)
-		edit("run.json", `"skips": [`, `"alone": [["fallback to terminating", "its checks must fit in a grace period"]], "skips": [`)
-		alone := `<testsuites><testsuite>
-<testcase name="[It] ` + terminating + `" status="passed" time="150.2"></testcase>
-<testcase name="[It] ` + basicSpec + `" status="skipped" time="0"><skipped message="skipped"></skipped></testcase>
-</testsuite></testsuites>`
-		if err := os.MkdirAll(filepath.Join(dir, "alone"), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join(dir, "alone", "junit_01.xml"), []byte(alone), 0o644); err != nil {
-			t.Fatal(err)
-		}
+		editFile(t, dir, "run.json", `"skips": [`, `"alone": [["fallback to terminating", "its checks must fit in a grace period"]], "skips": [`)
+		writeJunit(t, filepath.Join(dir, "alone"), `<testcase name="[It] `+terminating+`" status="passed" time="150.2"></testcase>`)
 	})
 	every := section(t, text, "Every spec")
 	wantIn(t, "every spec", every, "| "+terminating+" | - | pass 150s |", "| "+basicSpec+" | pass 42s | pass 38s |")
 	wantIn(t, "run alone", section(t, text, "Run alone, and why"), "- `fallback to terminating`: its checks must fit in a grace period")
+}
+
+// TestReportSpecsRunOnThreeNodes: a spec the two-node cluster skipped and the
+// three-node one ran (three/junit_01.xml) counts with the latter's result, a
+// failure there too; the page names the pattern and its reason. A column whose
+// focus held only three-node specs (no two-node cluster) is read from three/
+// alone; one whose two-node cluster left no report still shows "no report".
+func TestReportSpecsRunOnThreeNodes(t *testing.T) {
+	const hc = "[sig-network] Services should implement NodePort and HealthCheckNodePort correctly when ExternalTrafficPolicy changes"
+	_, text, _ := report(t, func(out string) {
+		dir := filepath.Join(out, "ours-iptables")
+		editFile(t, dir, "junit_01.xml", "  </testsuite>", `    <testcase name="[It] `+hc+`" status="skipped" time="0"><skipped message="skipped"></skipped></testcase>
+  </testsuite>`)
+		editFile(t, dir, "run.json", `"skips": [`, `"three_nodes": [["HealthCheckNodePort correctly", "needs three nodes"]], "skips": [`)
+		writeJunit(t, filepath.Join(dir, "three"), `<testcase name="[It] `+hc+`" status="failed" time="88.1"><failure message="no health check answer"></failure></testcase>`)
+		dir = filepath.Join(out, "upstream-ipvs")
+		editFile(t, dir, "run.json", `"skips": [`, `"two_nodes": false, "skips": [`)
+		if err := os.Remove(filepath.Join(dir, "junit_01.xml")); err != nil {
+			t.Fatal(err)
+		}
+		writeJunit(t, filepath.Join(dir, "three"), `<testcase name="[It] `+hc+`" status="passed" time="70"></testcase>`)
+		// A failed two-node cluster (no report) with a three-node report.
+		writeJunit(t, filepath.Join(out, "ours-nftables", "three"), `<testcase name="[It] `+hc+`" status="passed" time="71"></testcase>`)
+	})
+	wantIn(t, "every spec", section(t, text, "Every spec"), "| "+hc+" | pass 70s | fail 88s | no report |")
+	wantIn(t, "totals", section(t, text, "Totals"), "| upstream-ipvs | 1 | 0 | 1 |", "| ours-iptables | 2 | 1 | 2 |", "| ours-nftables | no report | | |")
+	wantIn(t, "failures", section(t, text, "Failures"), "- ours-iptables, "+hc+": no health check answer")
+	wantIn(t, "three nodes", section(t, text, "Run on three nodes, and why"), "- `HealthCheckNodePort correctly`: needs three nodes")
+}
+
+// editFile replaces the first old in dir/name by new; the file must hold old.
+func editFile(t *testing.T, dir, name, old, new string) {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(dir, name))
+	if err == nil && !strings.Contains(string(b), old) {
+		t.Fatalf("%s lacks %q", name, old)
+	}
+	if err == nil {
+		err = os.WriteFile(filepath.Join(dir, name), []byte(strings.Replace(string(b), old, new, 1)), 0o644)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// writeJunit writes dir/junit_01.xml: testcase, and the basic spec skipped (a
+// pass that runs a few specs reports the others as skipped).
+func writeJunit(t *testing.T, dir, testcase string) {
+	t.Helper()
+	xml := "<testsuites><testsuite>\n" + testcase + `
+<testcase name="[It] ` + basicSpec + `" status="skipped" time="0"><skipped message="skipped"></skipped></testcase>
+</testsuite></testsuites>`
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "junit_01.xml"), []byte(xml), 0o644); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // TestReportNames: --names turns a dry run's report into a regular expression

@@ -95,24 +95,39 @@ while IFS= read -r line; do
 done <"$here/skip.txt"
 skip=$(IFS='|'; echo "${skips[*]}")
 
-# The specs run alone (alone.txt, the same form): the exact names of those in
-# the focus (and not skipped), as one regular expression for passes.sh.
-alones=()
-while IFS= read -r line; do
-	[[ -z $line || $line == \#* ]] && continue
-	[[ $line == *'  # '* ]] || die "alone.txt: no reason on: $line"
-	alones+=("${line%  # *}")
-done <"$here/alone.txt"
-alone_names() { # the exact-name regex of the focus's specs matching alone.txt
+# The specs run alone (alone.txt) and those run on three nodes (three-nodes.txt),
+# the same form: the exact names of those in the focus (and not skipped), as one
+# regular expression each for passes.sh.
+patterns_of() { # FILE -> its patterns joined with |
+	local line out=()
+	while IFS= read -r line; do
+		[[ -z $line || $line == \#* ]] && continue
+		[[ $line == *'  # '* ]] || die "$(basename "$1"): no reason on: $line"
+		out+=("${line%  # *}")
+	done <"$1"
+	(IFS='|'; echo "${out[*]}")
+}
+focus_names() { # REGEX [SKIP] -> the exact-name regex of the focus's specs matching REGEX
 	local d
 	d=$(mktemp -d)
-	"$e2e" --ginkgo.dry-run --ginkgo.no-color --ginkgo.focus="$focus" ${skip:+--ginkgo.skip="$skip"} \
+	"$e2e" --ginkgo.dry-run --ginkgo.no-color --ginkgo.focus="$focus" ${2:+--ginkgo.skip="$2"} \
 		--provider=skeleton --report-dir="$d" >/dev/null 2>&1
-	python3 "$here/report.py" --names "$d/junit_01.xml" "$(IFS='|'; echo "${alones[*]}")"
+	python3 "$here/report.py" --names "$d/junit_01.xml" "$1"
 	rm -rf "$d"
 }
-alone=''
-((${#alones[@]} == 0)) || alone=$(alone_names)
+alone='' three=''
+alone_rx=$(patterns_of "$here/alone.txt")
+[[ -z $alone_rx ]] || alone=$(focus_names "$alone_rx" "$skip")
+three_rx=$(patterns_of "$here/three-nodes.txt")
+[[ -z $three_rx ]] || three=$(focus_names "$three_rx" "$skip")
+# A spec of both lists runs on three nodes (alone there: that cluster runs one
+# ginkgo process). The two-node cluster skips the three-node specs; it is not
+# started when the focus holds nothing else.
+main_skip=$skip
+[[ -z $three ]] || main_skip=${skip:+$skip|}$three
+[[ -z $alone || -z $three ]] || alone=$(focus_names "$alone_rx" "$main_skip")
+main=1
+[[ -z $three ]] || main=$(focus_names '.' "$main_skip")
 
 # No [Conformance] test of the focus may be skipped.
 dry() { # SKIP -> how many [Conformance] specs of the focus would run
@@ -128,6 +143,8 @@ kept=$(dry "$skip")
 [[ -n $all && $all == "$kept" ]] || die "skip.txt skips [Conformance] tests of the focus ($kept of $all would run)"
 log "focus: $focus; $all [Conformance] specs in it, none skipped; ${#skips[@]} skip patterns"
 [[ -z $alone ]] || log "run alone after the others (alone.txt): $(tr '|' '\n' <<<"$alone" | grep -c .) specs"
+[[ -z $three ]] || log "run on a second cluster of three nodes (three-nodes.txt): $(tr '|' '\n' <<<"$three" | grep -c .) specs"
+[[ -n $main ]] || log "no spec of the focus runs on two nodes: the two-node cluster is not started"
 
 # One image of ours for every column: HEAD's when the run starts.
 IFS=$'\t' read -r proxy_archive proxy_version < <("$here/cluster/proxy-image.sh")
@@ -154,6 +171,7 @@ write_meta() {
 		KPI_R_E2E=$(basename "$e2e") KPI_R_GINKGO=$ginkgo_version KPI_R_FAMILIES=$families \
 		KPI_R_RECORD=$([[ -z ${FOCUS:-} ]] && echo 1 || echo 0) KPI_R_SKIPS="$(grep -v '^#' "$here/skip.txt" | grep .)" \
 		KPI_R_ALONE="$(grep -v '^#' "$here/alone.txt" | grep . || true)" \
+		KPI_R_THREE="$(grep -v '^#' "$here/three-nodes.txt" | grep . || true)" KPI_R_TWO=$([[ -n $main ]] && echo 1 || echo 0) \
 		python3 -c '
 import json, os, sys
 e = lambda k: os.environ["KPI_R_" + k]
@@ -164,29 +182,54 @@ json.dump({
     "ginkgo": e("GINKGO"), "families": e("FAMILIES"), "record": e("RECORD") == "1",
     "skips": [l.split("  # ", 1) for l in e("SKIPS").splitlines()],
     "alone": [l.split("  # ", 1) for l in e("ALONE").splitlines()],
+    "three_nodes": [l.split("  # ", 1) for l in e("THREE").splitlines()],
+    "two_nodes": e("TWO") == "1",
 }, open(sys.argv[1], "w"), indent=1)
 ' "$out/$1/run.json"
 }
 
-# run_column COLUMN: a fresh cluster with that kube-proxy, the suite against it
-# (passes.sh: the specs of alone.txt after the others, with one process);
-# writes OUT/COLUMN/{e2e.log,junit_01.xml,alone/junit_01.xml,results.tsv,run.json,cluster/}.
+# cluster NODES REPORTS PROCS FOCUS SKIP ALONE: a fresh cluster of NODES nodes
+# with column $col's kube-proxy and the suite against it (passes.sh: the specs of
+# ALONE after the others, with one process), reports and logs under REPORTS.
+cluster() {
+	local nodes=$1 reports=$2
+	shift 2
+	mkdir -p "$reports"
+	KPI_CONF_NODES=$nodes KPI_CONF_FAMILIES=$families KPI_CONF_PROXY=$col KPI_CONF_BUILD_DIR=$build \
+		KPI_CONF_PROXY_ARCHIVE=$proxy_archive KPI_CONF_LOGS_DIR=$reports/cluster \
+		"$here/cluster/up.sh" "$here/passes.sh" "$bin/ginkgo" "$e2e" "$@" "$reports" \
+		--provider=skeleton --num-nodes="$nodes" --kubectl-path="$bin/kubectl" --disable-log-dump \
+		>"$reports/e2e.log" 2>&1
+}
+
+# run_column COLUMN: the suite on a fresh two-node cluster with that kube-proxy
+# (KPI_CONF_NODES nodes), then the specs of three-nodes.txt on a fresh cluster of
+# three; writes OUT/COLUMN/{e2e.log,junit_01.xml,alone/junit_01.xml,
+# three/{e2e.log,junit_01.xml,cluster/},results.tsv,run.json,cluster/}.
 run_column() {
-	local col=$1 proxy=$1 d=$out/$1 start started rc
+	local col=$1 d=$out/$1 start started rc=0 rc3=0
 	rm -rf "$d"
 	mkdir -p "$d"
-	log "$col: a fresh cluster, then $(basename "$e2e") ($procs processes); log in $d/e2e.log"
 	start=$SECONDS started=$(date -u +%FT%TZ)
 	set +e
-	KPI_CONF_FAMILIES=$families KPI_CONF_PROXY=$proxy KPI_CONF_BUILD_DIR=$build KPI_CONF_PROXY_ARCHIVE=$proxy_archive KPI_CONF_LOGS_DIR=$d/cluster \
-		"$here/cluster/up.sh" "$here/passes.sh" "$bin/ginkgo" "$e2e" "$procs" "$focus" "$skip" "$alone" "$d" \
-		--provider=skeleton --num-nodes="${KPI_CONF_NODES:-2}" --kubectl-path="$bin/kubectl" --disable-log-dump \
-		>"$d/e2e.log" 2>&1
-	rc=$?
+	if [[ -n $main ]]; then
+		log "$col: a fresh cluster, then $(basename "$e2e") ($procs processes); log in $d/e2e.log"
+		cluster "${KPI_CONF_NODES:-2}" "$d" "$procs" "$focus" "$main_skip" "$alone"
+		rc=$?
+		log "$col: exit $rc after $((SECONDS - start)) s"
+	fi
+	if [[ -n $three ]]; then
+		log "$col: a fresh cluster of three nodes for three-nodes.txt's specs; log in $d/three/e2e.log"
+		cluster 3 "$d/three" 1 "$three" "$skip" ""
+		rc3=$?
+		log "$col: three nodes: exit $rc3 after $((SECONDS - start)) s"
+	fi
 	set -e
-	log "$col: exit $rc after $((SECONDS - start)) s"
 	write_meta "$col" "$((SECONDS - start))" "$started"
-	[[ -f $d/junit_01.xml ]] || { log "$col: no junit report (tail of $d/e2e.log below)"; tail -30 "$d/e2e.log" >&2; return 1; }
+	local report=$d/junit_01.xml log=$d/e2e.log
+	[[ -n $main ]] || report=$d/three/junit_01.xml log=$d/three/e2e.log
+	[[ -f $report ]] || { log "$col: no junit report (tail of $log below)"; tail -30 "$log" >&2; return 1; }
+	[[ -z $three || -f $d/three/junit_01.xml ]] || { log "$col: no junit report of the three nodes (tail of $d/three/e2e.log below)"; tail -30 "$d/three/e2e.log" >&2; return 1; }
 	# One line per spec of the focus: NAME<TAB>pass|fail|skip<TAB>SECONDS (ci.sh reads it).
 	python3 "$here/report.py" --tsv "$d" >"$d/results.tsv"
 	if grep -qP '\tfail\t' "$d/results.tsv"; then return 1; fi
