@@ -141,16 +141,6 @@ func (r *ServiceRecord) clusterIPList() []string {
 	return ips
 }
 
-// ClusterIPs is spec.clusterIPs (spec.clusterIP alone when only that is set), as
-// the record keeps it: not to be written.
-func (r *ServiceRecord) ClusterIPs() []string { return r.clusterIPList() }
-
-// Type is spec.type.
-func (r *ServiceRecord) Type() v1.ServiceType { return r.serviceType }
-
-// HasPorts says whether the Service has a port.
-func (r *ServiceRecord) HasPorts() bool { return len(r.ports) > 0 }
-
 // Service is the Service the record was made from, as far as the record keeps it: what
 // the port builder reads, and what an Event names.
 func (r *ServiceRecord) Service() *v1.Service {

@@ -34,10 +34,8 @@ const (
 
 // startSuffixes: ours or ours-nftables with warm start on ("ours-warm": the first
 // lists' objects programmed as they arrive) or off ("ours-cold": nothing before
-// the lists are complete, as upstream; also the default, "ours"), or binding the
-// first list's ClusterIPs as they arrive ("ours-ahead", --ipvs-bind-ahead).
-var startSuffixes = map[string][]string{"-warm": {"--ipvs-warm-start=true"}, "-cold": {"--ipvs-warm-start=false"},
-	"-ahead": {"--ipvs-bind-ahead=true"}}
+// the lists are complete, as upstream; also the default, "ours").
+var startSuffixes = map[string][]string{"-warm": {"--ipvs-warm-start=true"}, "-cold": {"--ipvs-warm-start=false"}}
 
 // splitStartSuffix is name without its start suffix, and the flags the suffix adds.
 func splitStartSuffix(name string) (string, []string) {

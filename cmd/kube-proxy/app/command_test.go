@@ -404,7 +404,7 @@ func TestRulesBackendFlag(t *testing.T) {
 }
 
 // TestExtrasInConfigFiles: our own settings (--ipvs-rules-backend,
-// --ipvs-virtual-server-metrics, --ipvs-warm-start, --ipvs-bind-ahead) are written by --write-config-to as a
+// --ipvs-virtual-server-metrics, --ipvs-warm-start) are written by --write-config-to as a
 // KubeProxyIPVSConfiguration beside the KubeProxyConfiguration and read back from
 // it, from an --ipvs-config file (which wins over the --config file's document),
 // and a flag given on the command line wins over both.
@@ -460,19 +460,6 @@ func TestExtrasInConfigFiles(t *testing.T) {
 	on := writeFile(t, "warm.yaml", ours("iptables", false)+"warmStart: true\n")
 	warm("--ipvs-config", written("--ipvs-config", on), true)
 	warm("flag over --ipvs-config", written("--ipvs-config", on, "--ipvs-warm-start=false"), false)
-
-	// --ipvs-bind-ahead: off unless the flag or a document says otherwise.
-	ahead := func(name string, e *proxyconfigapi.Extras, want bool) {
-		t.Helper()
-		if e.BindAhead == nil || *e.BindAhead != want {
-			t.Errorf("%s: bindAhead %v, want %v", name, e.BindAhead, want)
-		}
-	}
-	ahead("default", written(), false)
-	ahead("flag", written("--ipvs-bind-ahead"), true)
-	onAhead := writeFile(t, "ahead.yaml", ours("iptables", false)+"bindAhead: true\n")
-	ahead("--ipvs-config", written("--ipvs-config", onAhead), true)
-	ahead("flag over --ipvs-config", written("--ipvs-config", onAhead, "--ipvs-bind-ahead=false"), false)
 
 	// Bad files stop the daemon with one line naming the file and the field.
 	for name, tc := range map[string]struct {

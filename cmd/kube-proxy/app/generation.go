@@ -75,11 +75,10 @@ func startLists(ctx context.Context, s *ProxyServer, selector labels.Selector) *
 	f := informers.NewSharedInformerFactoryWithOptions(s.Client, resync,
 		informers.WithTweakListOptions(tweak), informers.WithTransform(proxyconfig.TrimForCache))
 	var svcLW, sliceLW *proxyconfig.EarlyListWatch
-	client := s.Client
-	if s.WarmStart || s.BindAhead {
+	if s.WarmStart {
 		// The informers list through ListerWatchers that hand the configs each object
-		// of the first lists as it arrives (pkg/proxy/config/early.go): for a warm
-		// start, or the Services for the binding ahead (pkg/proxy/ipvs/bindahead.go).
+		// of the first lists as it arrives (pkg/proxy/config/early.go).
+		client := s.Client
 		svcLW = earlyInformer(f, client, &v1.Service{}, tweak,
 			func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 				return client.CoreV1().Services("").List(ctx, o)
@@ -87,8 +86,6 @@ func startLists(ctx context.Context, s *ProxyServer, selector labels.Selector) *
 			func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
 				return client.CoreV1().Services("").Watch(ctx, o)
 			})
-	}
-	if s.WarmStart {
 		sliceLW = earlyInformer(f, client, &discovery.EndpointSlice{}, tweak,
 			func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 				return client.DiscoveryV1().EndpointSlices("").List(ctx, o)
@@ -100,10 +97,8 @@ func startLists(ctx context.Context, s *ProxyServer, selector labels.Selector) *
 	l := &lists{factory: f, cancel: cancel,
 		services: proxyconfig.NewServiceConfig(lctx, f.Core().V1().Services(), resync),
 		slices:   proxyconfig.NewEndpointSliceConfig(lctx, f.Discovery().V1().EndpointSlices(), resync, s.NodeName)}
-	if svcLW != nil {
+	if s.WarmStart {
 		l.services.EarlyFrom(svcLW)
-	}
-	if sliceLW != nil {
 		l.slices.EarlyFrom(sliceLW)
 	}
 	f.Start(lctx.Done())

@@ -33,9 +33,6 @@ type Options struct {
 	// WarmStart is --ipvs-warm-start (ours): program the objects of the first lists
 	// as they arrive, adding only, instead of after the lists are complete.
 	WarmStart bool
-	// BindAhead is --ipvs-bind-ahead (ours): bind the ClusterIPs of
-	// the first Service list to kube-ipvs0 while the lists still come in.
-	BindAhead bool
 	// RulesBackend is --ipvs-rules-backend (ours): where the sets and rules beside
 	// IPVS live, "iptables" (ipsets and iptables chains, as upstream) or "nftables".
 	RulesBackend string
@@ -93,7 +90,6 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.BoolVar(&c.BindAddressHardFail, "bind-address-hard-fail", c.BindAddressHardFail, "If true kube-proxy will treat failure to bind to a port as fatal and exit")
 	fs.BoolVar(&o.VirtualServerMetrics, "ipvs-virtual-server-metrics", o.VirtualServerMetrics, "If true, export per-Service IPVS counters (connections, packets, bytes per virtual server) as kubeproxy_ipvs_virtual_server_* metrics. Not an upstream flag; each scrape reads the IPVS table once.")
 	fs.BoolVar(&o.WarmStart, "ipvs-warm-start", o.WarmStart, "If true, program the Services and endpoints of the first lists from the API server as they arrive, adding only (nothing is removed until the lists are complete), instead of waiting for the whole lists as upstream kube-proxy does. Off by default: on a 2-vCPU node it measured no faster (docs/PERFORMANCE.md). Not an upstream flag.")
-	fs.BoolVar(&o.BindAhead, "ipvs-bind-ahead", o.BindAhead, "If true, bind the ClusterIPs of the Services of the first list from the API server to kube-ipvs0 as they arrive, while the lists still come in, instead of in the first sync after them (binding N addresses costs the kernel O(N^2)); nothing else is programmed before the lists are complete, and the first sync removes any address no Service wants. Ignored with --ipvs-warm-start, which binds them itself. Off by default: on a 2-vCPU node the binds took CPU from the lists and it measured no faster (docs/PERFORMANCE.md). Not an upstream flag.")
 	fs.StringVar(&o.RulesBackend, "ipvs-rules-backend", o.RulesBackend, "Where the rules that go with IPVS live: 'iptables' (ipsets and iptables chains, as upstream kube-proxy's ipvs mode) or 'nftables' (one nftables table, inet kube-proxy-ipvs; needs neither ipset nor iptables). Switching removes the other backend's rules once the new ones are written. Not an upstream flag.")
 	fs.BoolVar(&c.EnableProfiling, "profiling", c.EnableProfiling, "If true enables profiling via web interface on /debug/pprof handler.")
 	fs.StringVar(&c.ShowHiddenMetricsForVersion, "show-hidden-metrics-for-version", c.ShowHiddenMetricsForVersion,
@@ -157,9 +153,6 @@ func (o *Options) applyExtras(e *proxyconfigapi.Extras, fs *pflag.FlagSet) {
 	if e.WarmStart != nil && !fs.Changed("ipvs-warm-start") {
 		o.WarmStart = *e.WarmStart
 	}
-	if e.BindAhead != nil && !fs.Changed("ipvs-bind-ahead") {
-		o.BindAhead = *e.BindAhead
-	}
 }
 
 // extras returns our own settings as the KubeProxyIPVSConfiguration
@@ -169,7 +162,6 @@ func (o *Options) extras() *proxyconfigapi.Extras {
 	e.RulesBackend = o.RulesBackend
 	e.VirtualServerMetrics = &o.VirtualServerMetrics
 	e.WarmStart = &o.WarmStart
-	e.BindAhead = &o.BindAhead
 	return e
 }
 

@@ -124,7 +124,6 @@ func proxierOptions(logger klog.Logger, s *ProxyServer, family v1.IPFamily, excl
 		Recorder:          s.Recorder,
 		HealthzServer:     hz,
 		WarmStart:         s.WarmStart,
-		BindAhead:         s.BindAhead,
 		ServiceHealth:     serviceHealth,
 		KernelVersion:     s.handles.kernelRelease,
 		RulesBackend:      s.RulesBackend,

@@ -107,8 +107,6 @@ type ProxyServer struct {
 	VirtualServerMetrics bool
 	// WarmStart is --ipvs-warm-start.
 	WarmStart bool
-	// BindAhead is --ipvs-bind-ahead.
-	BindAhead bool
 	// RulesBackend is --ipvs-rules-backend (ipvsproxy.RulesBackend*).
 	RulesBackend string
 	// Flags is the parsed command line, which /flagz shows; nil in tests.
@@ -165,7 +163,7 @@ func newProxyServer(ctx context.Context, o *Options, d deps) (*ProxyServer, erro
 	logger := klog.FromContext(ctx)
 	cfg := o.config
 	s := &ProxyServer{Config: cfg, FeatureGate: o.featureGate, Sysctl: d.kernel.sysctl, ConfigFile: o.ConfigFile, VirtualServerMetrics: o.VirtualServerMetrics,
-		WarmStart: o.WarmStart, BindAhead: o.BindAhead, RulesBackend: o.RulesBackend, Flags: o.flags, deps: d}
+		WarmStart: o.WarmStart, RulesBackend: o.RulesBackend, Flags: o.flags, deps: d}
 
 	name, err := resolveNodeName(cfg.HostnameOverride, d.hostname)
 	if err != nil {

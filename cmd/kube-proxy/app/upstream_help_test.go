@@ -110,7 +110,6 @@ var ourOwnFlags = map[string]string{
 	"ipvs-rules-backend":          "the nftables rules backend, docs/ARCHITECTURE.md (issue 16)",
 	"ipvs-config":                 "our own settings in a KubeProxyIPVSConfiguration file, README Flags and configuration",
 	"ipvs-warm-start":             "programming the first lists as they arrive, docs/BEHAVIOR.md 'Start-up'",
-	"ipvs-bind-ahead":             "binding the first list's ClusterIPs as they arrive, docs/BEHAVIOR.md 'Start-up'",
 }
 
 // TestFlagDefaultsMatchUpstreamHelp compares every flag of our --help with

@@ -89,9 +89,6 @@ type Options struct {
 	// WarmStart: program what has arrived while the initial lists still come in,
 	// adding only (warm.go). Off: nothing before the lists are complete, as upstream.
 	WarmStart bool
-	// BindAhead: bind the ClusterIPs of the Services of the first list to
-	// kube-ipvs0 while the lists still come in (bindahead.go); without WarmStart.
-	BindAhead bool
 }
 
 // Kernel is the set of kernel interfaces the proxier programs.
@@ -145,8 +142,6 @@ type Proxier struct {
 	// addrsChanged; a partial sync then reads the addresses only after one.
 	addrWatch    bool
 	addrsChanged atomic.Bool
-	// ahead binds ClusterIPs until the first full sync (bindahead.go); nil after.
-	ahead atomic.Pointer[bindAhead]
 	// rulesLapsed: the renewal beside the loop found the rules' liveness gone
 	// (keepAliveBeside); the next sync is a full one.
 	rulesLapsed atomic.Bool
@@ -291,9 +286,6 @@ func NewProxier(ctx context.Context, opts Options, kernel Kernel, clk clock.Cloc
 		clusterOwner:     map[vsKey]*types.NamespacedName{},
 	}
 	p.syncRunner = async.NewBoundedFrequencyRunnerWithClock("sync-runner", p.syncProxyRules, opts.MinSyncPeriod, opts.SyncPeriod, 2, clk)
-	if opts.BindAhead && !opts.WarmStart {
-		p.startBindAhead()
-	}
 	p.addrsChanged.Store(true)
 	if err := kernel.Netlink.WatchLocalAddresses(p.ctx, netlink.DefaultDummyDevice, p.onAddressChange); err != nil {
 		logger.Error(err, "Failed to subscribe to node address changes; reading the node addresses on every sync")
@@ -341,7 +333,6 @@ func (p *Proxier) OnServiceUpdate(oldService, service *proxy.ServiceRecord) {
 		if p.initialized.Load() {
 			p.Sync()
 		} else {
-			p.bindAheadOf(service)
 			p.wakeWarm()
 		}
 	}
@@ -456,7 +447,6 @@ func (p *Proxier) syncProxyRules() {
 		p.logger.V(2).Info("Not syncing ipvs rules until Services and Endpoints have been received from master")
 		return
 	}
-	p.endBindAhead() // before the first full sync reads the addresses
 	if p.rulesLapsed.Swap(false) {
 		p.needFull = true
 	}

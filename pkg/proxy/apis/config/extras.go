@@ -16,7 +16,7 @@ import (
 )
 
 // The settings of this daemon that upstream kube-proxy does not have (its flags
-// --ipvs-rules-backend, --ipvs-virtual-server-metrics, --ipvs-warm-start and --ipvs-bind-ahead) live in a document of their
+// --ipvs-rules-backend, --ipvs-virtual-server-metrics and --ipvs-warm-start) live in a document of their
 // own, so that the KubeProxyConfiguration stays exactly upstream's: the second YAML
 // document of a --config file, or the only one of an --ipvs-config file.
 const (
@@ -33,8 +33,6 @@ type Extras struct {
 	VirtualServerMetrics *bool `json:"virtualServerMetrics,omitempty"`
 	// WarmStart is --ipvs-warm-start.
 	WarmStart *bool `json:"warmStart,omitempty"`
-	// BindAhead is --ipvs-bind-ahead.
-	BindAhead *bool `json:"bindAhead,omitempty"`
 }
 
 // NewExtras returns an Extras with its apiVersion and kind set.
