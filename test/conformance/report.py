@@ -142,11 +142,13 @@ def patterns(w, intro, pairs):
 
 def alone_patterns(shown, key="alone"):
     """The alone.txt lines (key "three_nodes": three-nodes.txt's) of the shown
-    columns (a column older than the file has none), each once."""
+    columns (a column older than the file has none), each once, and only those
+    that match a spec of the columns (the others changed nothing)."""
+    names = {n for _, specs in shown.values() if specs for n in specs}
     seen = []
     for m, _ in shown.values():
         for x in m.get(key) or []:
-            if tuple(x) not in seen:
+            if tuple(x) not in seen and any(re.search(x[0], n) for n in names):
                 seen.append(tuple(x))
     return seen
 

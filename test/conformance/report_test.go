@@ -218,14 +218,15 @@ func TestReportSpecsRunAlone(t *testing.T) {
 // three-node one ran (three/junit_01.xml) counts with the latter's result, a
 // failure there too; the page names the pattern and its reason. A column whose
 // focus held only three-node specs (no two-node cluster) is read from three/
-// alone; one whose two-node cluster left no report still shows "no report".
+// alone; one whose two-node cluster left no report still shows "no report". A
+// pattern that matches no spec of the page is not listed.
 func TestReportSpecsRunOnThreeNodes(t *testing.T) {
 	const hc = "[sig-network] Services should implement NodePort and HealthCheckNodePort correctly when ExternalTrafficPolicy changes"
 	_, text, _ := report(t, func(out string) {
 		dir := filepath.Join(out, "ours-iptables")
 		editFile(t, dir, "junit_01.xml", "  </testsuite>", `    <testcase name="[It] `+hc+`" status="skipped" time="0"><skipped message="skipped"></skipped></testcase>
   </testsuite>`)
-		editFile(t, dir, "run.json", `"skips": [`, `"three_nodes": [["HealthCheckNodePort correctly", "needs three nodes"]], "skips": [`)
+		editFile(t, dir, "run.json", `"skips": [`, `"three_nodes": [["HealthCheckNodePort correctly", "needs three nodes"], ["no spec has this", "not shown"]], "skips": [`)
 		writeJunit(t, filepath.Join(dir, "three"), `<testcase name="[It] `+hc+`" status="failed" time="88.1"><failure message="no health check answer"></failure></testcase>`)
 		dir = filepath.Join(out, "upstream-ipvs")
 		editFile(t, dir, "run.json", `"skips": [`, `"two_nodes": false, "skips": [`)
@@ -239,7 +240,11 @@ func TestReportSpecsRunOnThreeNodes(t *testing.T) {
 	wantIn(t, "every spec", section(t, text, "Every spec"), "| "+hc+" | pass 70s | fail 88s | no report |")
 	wantIn(t, "totals", section(t, text, "Totals"), "| upstream-ipvs | 1 | 0 | 1 |", "| ours-iptables | 2 | 1 | 2 |", "| ours-nftables | no report | | |")
 	wantIn(t, "failures", section(t, text, "Failures"), "- ours-iptables, "+hc+": no health check answer")
-	wantIn(t, "three nodes", section(t, text, "Run on three nodes, and why"), "- `HealthCheckNodePort correctly`: needs three nodes")
+	three := section(t, text, "Run on three nodes, and why")
+	wantIn(t, "three nodes", three, "- `HealthCheckNodePort correctly`: needs three nodes")
+	if strings.Contains(three, "no spec has this") {
+		t.Errorf("a pattern that matches no spec is listed:\n%s", three)
+	}
 }
 
 // editFile replaces the first old in dir/name by new; the file must hold old.
