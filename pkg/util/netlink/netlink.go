@@ -56,6 +56,9 @@ type Client struct {
 	// batch is the socket of pipelined address writes (BindAddresses), opened on
 	// first use.
 	batch *batchSocket
+	// linksListed, when set, runs after GetLocalAddresses has listed the links
+	// and before it dumps their addresses (tests: a link deleted in between).
+	linksListed func()
 }
 
 var _ Handle = &Client{}
@@ -338,17 +341,38 @@ func (c *Client) GetLocalAddresses(ctx context.Context, excludeDev string) ([]ne
 	if err != nil {
 		return nil, fmt.Errorf("listing links: %w", err)
 	}
-	var addrs []vnl.Addr
-	for _, l := range links {
-		if idx := l.Attrs().Index; idx != excludeIndex {
-			got, err := c.linkAddrs(idx, ipfamily.Any)
-			if err != nil {
-				return nil, fmt.Errorf("listing the addresses of %s: %w", l.Attrs().Name, err)
-			}
-			addrs = append(addrs, got...)
-		}
+	if c.linksListed != nil {
+		c.linksListed()
+	}
+	addrs, err := addrsOfLinks(links, excludeIndex, func(index int) ([]vnl.Addr, error) {
+		return c.linkAddrs(index, ipfamily.Any)
+	})
+	if err != nil {
+		return nil, err
 	}
 	return localAddresses(addrs, excludeIndex), nil
+}
+
+// addrsOfLinks dumps the addresses of each link but the one at excludeIndex. A
+// link deleted since the list was read (a pod's veth, deleted while a sync runs)
+// has no address: the kernel's ENODEV for it is no error.
+func addrsOfLinks(links []vnl.Link, excludeIndex int, dump func(index int) ([]vnl.Addr, error)) ([]vnl.Addr, error) {
+	var addrs []vnl.Addr
+	for _, l := range links {
+		idx := l.Attrs().Index
+		if idx == excludeIndex {
+			continue
+		}
+		got, err := dump(idx)
+		switch {
+		case IsNotFound(err):
+			continue
+		case err != nil:
+			return nil, fmt.Errorf("listing the addresses of %s: %w", l.Attrs().Name, err)
+		}
+		addrs = append(addrs, got...)
+	}
+	return addrs, nil
 }
 
 // linkAddrs dumps the addresses of one link on the strict-check socket, where

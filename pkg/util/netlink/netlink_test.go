@@ -4,7 +4,10 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"strings"
 	"testing"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/kube-proxy-ipvs/kube-proxy-ipvs/pkg/util/testing/netns"
 	vnl "github.com/vishvananda/netlink"
@@ -174,6 +177,94 @@ func TestIntegrationAddressWritesLookUpTheLinkOnce(t *testing.T) {
 		}
 		if err := c.UnbindAddress(ctx, net.ParseIP("10.96.0.1"), "dev0"); !IsNotFound(err) {
 			t.Errorf("unbinding on a missing link: %v, want not found", err)
+		}
+	})
+}
+
+// TestAddrsOfLinksSkipsVanishedLinks: a link whose dump answers ENODEV was
+// deleted after the link list and has no address; any other error fails.
+func TestAddrsOfLinksSkipsVanishedLinks(t *testing.T) {
+	link := func(index int, name string) vnl.Link {
+		return &vnl.Veth{LinkAttrs: vnl.LinkAttrs{Index: index, Name: name}}
+	}
+	links := []vnl.Link{link(1, "lo"), link(2, "eth0"), link(3, "veth-gone"), link(4, "kube-ipvs0")}
+	addr := func(cidr string) vnl.Addr {
+		a, err := vnl.ParseAddr(cidr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return *a
+	}
+	var asked []int
+	got, err := addrsOfLinks(links, 4, func(index int) ([]vnl.Addr, error) {
+		asked = append(asked, index)
+		switch index {
+		case 2:
+			return []vnl.Addr{addr("192.0.2.1/24")}, nil
+		case 3:
+			return nil, fmt.Errorf("dump: %w", unix.ENODEV)
+		}
+		return nil, nil
+	})
+	if err != nil {
+		t.Fatalf("addrsOfLinks = %v, want no error for a vanished link", err)
+	}
+	if len(got) != 1 || !got[0].IP.Equal(net.ParseIP("192.0.2.1")) {
+		t.Errorf("addrsOfLinks = %v, want eth0's 192.0.2.1", got)
+	}
+	if fmt.Sprint(asked) != "[1 2 3]" {
+		t.Errorf("dumped links %v, want [1 2 3] (not the excluded 4)", asked)
+	}
+	_, err = addrsOfLinks(links, 4, func(index int) ([]vnl.Addr, error) {
+		if index == 2 {
+			return nil, unix.EPERM
+		}
+		return nil, nil
+	})
+	if err == nil || !strings.Contains(err.Error(), "eth0") {
+		t.Errorf("addrsOfLinks with EPERM on eth0 = %v, want an error naming eth0", err)
+	}
+}
+
+// TestIntegrationLocalAddressesWhileALinkIsDeleted: a link deleted between
+// GetLocalAddresses' link list and its address dumps (a pod's veth going away
+// during a sync) leaves the others' addresses and no error. Seen in the
+// conformance cluster: each such sync failed and was retried as a full one.
+func TestIntegrationLocalAddressesWhileALinkIsDeleted(t *testing.T) {
+	netns.Run(t, func(t *testing.T) {
+		setupContractLinks(t, "dev0")
+		gone := &vnl.Veth{LinkAttrs: vnl.LinkAttrs{Name: "gone0"}, PeerName: "gone1"}
+		if err := vnl.LinkAdd(gone); err != nil {
+			t.Fatal(err)
+		}
+		c, err := New()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		if c.strict == nil {
+			t.Fatal("this kernel has no strict address dumps (4.20+): the per-link path is not the one under test")
+		}
+		deleted := false
+		c.linksListed = func() {
+			l, err := vnl.LinkByName("gone0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := vnl.LinkDel(l); err != nil {
+				t.Fatal(err)
+			}
+			deleted = true
+		}
+		got, err := c.GetLocalAddresses(context.Background(), "dev0")
+		if err != nil {
+			t.Fatalf("GetLocalAddresses with a link deleted after the link list = %v", err)
+		}
+		if !deleted {
+			t.Fatal("the link was not deleted between the list and the dumps")
+		}
+		if len(got) != 2 || !got[0].Equal(net.ParseIP("192.0.2.1")) || !got[1].Equal(net.ParseIP("2001:db8::1")) {
+			t.Errorf("GetLocalAddresses = %v, want other's 192.0.2.1 and 2001:db8::1", got)
 		}
 	})
 }
