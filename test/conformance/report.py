@@ -25,6 +25,7 @@ The page leads with the totals, then the specs whose result differs between
 columns, every failure's first line, every skip with its reason (skip.txt's
 patterns and the suite's own skip messages), and last the whole table.
 """
+import glob
 import json
 import os
 import re
@@ -67,6 +68,19 @@ def md(s):
     return s.replace("|", "\\|")
 
 
+def sync_failures(coldir):
+    """Our daemons' failed syncs in a column folder: kubeproxy_ipvs_sync_failures_total
+    at teardown, summed over the nodes of both clusters (cluster/metrics-NODE.txt,
+    three/cluster/metrics-NODE.txt); None when no node served it (upstream)."""
+    total = None
+    for f in sorted(glob.glob(os.path.join(coldir, "cluster", "metrics-*.txt"))
+                    + glob.glob(os.path.join(coldir, "three", "cluster", "metrics-*.txt"))):
+        for line in open(f, errors="replace"):
+            if line.startswith("kubeproxy_ipvs_sync_failures_total "):
+                total = (total or 0) + int(float(line.split()[1]))
+    return total
+
+
 def column(out, c):
     """(meta, specs or None) of column c in out: a column folder (run.json and
     junit_01.xml, as run.sh leaves it) or an exported COLUMN.json (the record
@@ -79,6 +93,7 @@ def column(out, c):
     if not os.path.exists(p):
         return None, None
     meta = json.load(open(p))
+    meta.setdefault("sync_failures", sync_failures(os.path.join(out, c)))
     junit = os.path.join(out, c, "junit_01.xml")
     specs = read_column(junit, re.compile(meta["focus"])) if os.path.exists(junit) else None
     three = os.path.join(out, c, "three", "junit_01.xml")
@@ -176,13 +191,18 @@ def header(shown, left_out, skips):
     w.append("  addon; ours-iptables and ours-nftables are our image with kubeadm's addon objects and")
     w.append("  deploy/kubeadm-extras, `rulesBackend` iptables and nftables")
     w.append("")
-    w.append("| column | command | commit (our image) | started | took | ginkgo processes |")
-    w.append("| --- | --- | --- | --- | --- | --- |")
+    w.append("| column | command | commit (our image) | started | took | ginkgo processes | failed syncs |")
+    w.append("| --- | --- | --- | --- | --- | --- | --- |")
     for c, (m, _) in shown.items():
         together = " (columns at the same time)" if m.get("parallel") else ""
-        w.append("| %s | `%s`%s | %s%s (%s) | %s | %s s | %s |" % (
+        failed = m.get("sync_failures")
+        w.append("| %s | `%s`%s | %s%s (%s) | %s | %s s | %s | %s |" % (
             c, md(m["command"]), together, m["commit"], m.get("commit_note", ""), m.get("proxy_version", "?"),
-            m["started"], m["took"], m["procs"]))
+            m["started"], m["took"], m["procs"], "-" if failed is None else failed))
+    w.append("")
+    w.append("Failed syncs: `kubeproxy_ipvs_sync_failures_total` of our daemon at teardown, summed")
+    w.append("over the nodes (each failure is retried as a full sync); \"-\" where it was not read")
+    w.append("(upstream has no such counter, and columns kept before it was read).")
     if left_out:
         w.append("")
         w.append("Left out (run with another focus or address family): %s." % ", ".join(left_out))

@@ -78,7 +78,7 @@ func TestReportColumnWithoutReport(t *testing.T) {
 		t.Errorf("the record was written though ours-nftables has no report:\n%s", page)
 	}
 	wantIn(t, "the column table", text,
-		"| upstream-ipvs | `make conformance PARALLEL=1` (columns at the same time) | abc1234 (v0.0.0-1-gabc1234) | 2026-12-06T17:00:00Z | 3900 s | 3 |")
+		"| upstream-ipvs | `make conformance PARALLEL=1` (columns at the same time) | abc1234 (v0.0.0-1-gabc1234) | 2026-12-06T17:00:00Z | 3900 s | 3 | - |")
 	wantIn(t, "Totals", section(t, text, "Totals"),
 		"| upstream-ipvs | 1 | 1 | 2 |", "| ours-iptables | 2 | 0 | 2 |", "| ours-nftables | no report | | |")
 	differ := section(t, text, "Where the columns differ")
@@ -245,6 +245,40 @@ func TestReportSpecsRunOnThreeNodes(t *testing.T) {
 	if strings.Contains(three, "no spec has this") {
 		t.Errorf("a pattern that matches no spec is listed:\n%s", three)
 	}
+}
+
+// TestReportFailedSyncs: a column's failed syncs are our daemon's
+// kubeproxy_ipvs_sync_failures_total at teardown, summed over the nodes of both
+// of its clusters (the two-node one and the three-node one); a column whose
+// nodes served no such counter (upstream) shows "-"; an exported column keeps
+// the figure.
+func TestReportFailedSyncs(t *testing.T) {
+	out, text, _ := report(t, func(out string) {
+		metrics := map[string]string{
+			"ours-iptables/cluster/metrics-node1.txt":       "# TYPE kubeproxy_ipvs_sync_failures_total counter\nkubeproxy_ipvs_sync_failures_total 2\nkubeproxy_ipvs_syncs_total 90\n",
+			"ours-iptables/cluster/metrics-node2.txt":       "kubeproxy_ipvs_sync_failures_total 0\n",
+			"ours-iptables/three/cluster/metrics-node3.txt": "kubeproxy_ipvs_sync_failures_total 1\n",
+			"upstream-ipvs/cluster/metrics-node1.txt":       "kubeproxy_sync_proxy_rules_duration_seconds_count 40\n",
+		}
+		for name, text := range metrics {
+			if err := os.MkdirAll(filepath.Dir(filepath.Join(out, name)), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(filepath.Join(out, name), []byte(text), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+	})
+	wantIn(t, "the column table", text, "| 2026-12-06T17:00:00Z | 3900 s | 3 | - |", "| 3 | 3 |\n")
+	exported := filepath.Join(t.TempDir(), "ours-iptables.json")
+	if b, err := exec.Command("python3", "report.py", "--export", filepath.Join(out, "ours-iptables"), exported).CombinedOutput(); err != nil {
+		t.Fatalf("report.py --export: %v\n%s", err, b)
+	}
+	b, err := os.ReadFile(exported)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantIn(t, "the exported column", string(b), `"sync_failures": 3`)
 }
 
 // editFile replaces the first old in dir/name by new; the file must hold old.
