@@ -216,7 +216,15 @@ def render(out):
     cols = list(shown)
     data = {c: specs for c, (_, specs) in shown.items()}
     names = sorted({n for d in data.values() if d for n in d})
-    skips = [tuple(x) for x in first.get("skips", [])]
+    # Every shown column's skip list (columns kept from runs of different days may
+    # have run with different lists): each pattern once, with the newest column's
+    # reason, and only those that match a spec of the page.
+    skips, seen = [], set()
+    for m, _ in sorted(shown.values(), key=lambda v: v[0]["started"], reverse=True):
+        for x in m.get("skips", []):
+            if x[0] not in seen and any(re.search(x[0], n) for n in names):
+                seen.add(x[0])
+                skips.append(tuple(x))
 
     w = header(shown, left_out, skips)
     w.append("## Totals")
@@ -273,8 +281,9 @@ def render(out):
     w.append("")
     by_reason = {}
     for c in have:
+        own = [x[0] for x in shown[c][0].get("skips", [])]
         for n, (st, _, msg) in sorted(data[c].items()):
-            if st != "skip" or any(re.search(rx, n) for rx, _ in skips):
+            if st != "skip" or any(re.search(rx, n) for rx in own):
                 continue
             by_reason.setdefault(msg or "(no message)", {}).setdefault(n, []).append(c)
     if not by_reason:

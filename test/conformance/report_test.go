@@ -281,6 +281,22 @@ func TestReportFailedSyncs(t *testing.T) {
 	wantIn(t, "the exported column", string(b), `"sync_failures": 3`)
 }
 
+// TestReportSkipListsOfEveryColumn: columns kept from different runs may have
+// run with different skip lists; the page gives every column's patterns, and a
+// spec one of them skipped is not listed as a skip of the suite's own.
+func TestReportSkipListsOfEveryColumn(t *testing.T) {
+	_, text, _ := report(t, func(out string) {
+		dir := filepath.Join(out, "ours-iptables")
+		editFile(t, dir, "run.json", `"skips": [`, `"skips": [["Provider:gce", "no cloud here"], `)
+	})
+	skips := section(t, text, "Skipped, and why")
+	wantIn(t, "skips", skips, "- `Internet connection`: the cluster has no route to the Internet", "- `Provider:gce`: no cloud here")
+	wantIn(t, "suite skips", skips, "[sig-network] Services should be rejected for evicted pods [Provider:gce] (upstream-ipvs)\n")
+	if strings.Contains(skips, "[Provider:gce] (upstream-ipvs, ours-iptables)") {
+		t.Errorf("a spec skipped by a column's skip list is listed as the suite's own skip in that column:\n%s", skips)
+	}
+}
+
 // editFile replaces the first old in dir/name by new; the file must hold old.
 func editFile(t *testing.T, dir, name, old, new string) {
 	t.Helper()
