@@ -155,17 +155,21 @@ def patterns(w, intro, pairs):
     w.append("")
 
 
-def alone_patterns(shown, key="alone"):
-    """The alone.txt lines (key "three_nodes": three-nodes.txt's) of the shown
-    columns (a column older than the file has none), each once, and only those
-    that match a spec of the columns (the others changed nothing)."""
+def listed_patterns(shown, key):
+    """The (pattern, reason) lines of one of the run's lists as the shown columns
+    ran it (key "skips": skip.txt, "alone": alone.txt, "three_nodes":
+    three-nodes.txt; columns kept from runs of different days may have run with
+    different lists, and one older than a file has none): each pattern once, with
+    the newest column's reason, and only those that match a spec of the page (the
+    others changed nothing)."""
     names = {n for _, specs in shown.values() if specs for n in specs}
-    seen = []
-    for m, _ in shown.values():
+    out, seen = [], set()
+    for m, _ in sorted(shown.values(), key=lambda v: v[0]["started"], reverse=True):
         for x in m.get(key) or []:
-            if tuple(x) not in seen and any(re.search(x[0], n) for n in names):
-                seen.append(tuple(x))
-    return seen
+            if x[0] not in seen and any(re.search(x[0], n) for n in names):
+                seen.add(x[0])
+                out.append(tuple(x))
+    return out
 
 
 def header(shown, left_out, skips):
@@ -179,11 +183,11 @@ def header(shown, left_out, skips):
     w.append("")
     w.append("- focus: `%s`; skipped by the run: test/conformance/skip.txt (%d pattern%s, below)"
              % (first["focus"], len(skips), "" if len(skips) == 1 else "s"))
-    alone = alone_patterns(shown)
+    alone = listed_patterns(shown, "alone")
     if alone:
         w.append("- run alone, after the others and with one ginkgo process: test/conformance/alone.txt"
                  " (%d pattern%s, below)" % (len(alone), "" if len(alone) == 1 else "s"))
-    three = alone_patterns(shown, "three_nodes")
+    three = listed_patterns(shown, "three_nodes")
     if three:
         w.append("- run on a second fresh cluster of three nodes: test/conformance/three-nodes.txt"
                  " (%d pattern%s, below)" % (len(three), "" if len(three) == 1 else "s"))
@@ -216,16 +220,7 @@ def render(out):
     cols = list(shown)
     data = {c: specs for c, (_, specs) in shown.items()}
     names = sorted({n for d in data.values() if d for n in d})
-    # Every shown column's skip list (columns kept from runs of different days may
-    # have run with different lists): each pattern once, with the newest column's
-    # reason, and only those that match a spec of the page.
-    skips, seen = [], set()
-    for m, _ in sorted(shown.values(), key=lambda v: v[0]["started"], reverse=True):
-        for x in m.get("skips", []):
-            if x[0] not in seen and any(re.search(x[0], n) for n in names):
-                seen.add(x[0])
-                skips.append(tuple(x))
-
+    skips = listed_patterns(shown, "skips")
     w = header(shown, left_out, skips)
     w.append("## Totals")
     w.append("")
@@ -294,12 +289,12 @@ def render(out):
             w.append("  - %s (%s)" % (md(n), ", ".join(cs)))
     w.append("")
 
-    alone = alone_patterns(shown)
+    alone = listed_patterns(shown, "alone")
     if alone:
         w.append("## Run alone, and why")
         w.append("")
         patterns(w, "On the same cluster after the others, with one ginkgo process (test/conformance/alone.txt):", alone)
-    three = alone_patterns(shown, "three_nodes")
+    three = listed_patterns(shown, "three_nodes")
     if three:
         w.append("## Run on three nodes, and why")
         w.append("")

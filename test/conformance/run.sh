@@ -115,18 +115,16 @@ focus_names() { # REGEX [SKIP] -> the exact-name regex of the focus's specs matc
 	python3 "$here/report.py" --names "$d/junit_01.xml" "$1"
 	rm -rf "$d"
 }
-alone='' three=''
-alone_rx=$(patterns_of "$here/alone.txt")
-[[ -z $alone_rx ]] || alone=$(focus_names "$alone_rx" "$skip")
+# The two-node cluster skips the three-node specs (a spec of both lists runs on
+# three nodes, alone there: that cluster runs one ginkgo process); it is not
+# started when the focus holds nothing else.
+three='' alone='' main=1
 three_rx=$(patterns_of "$here/three-nodes.txt")
 [[ -z $three_rx ]] || three=$(focus_names "$three_rx" "$skip")
-# A spec of both lists runs on three nodes (alone there: that cluster runs one
-# ginkgo process). The two-node cluster skips the three-node specs; it is not
-# started when the focus holds nothing else.
 main_skip=$skip
 [[ -z $three ]] || main_skip=${skip:+$skip|}$three
-[[ -z $alone || -z $three ]] || alone=$(focus_names "$alone_rx" "$main_skip")
-main=1
+alone_rx=$(patterns_of "$here/alone.txt")
+[[ -z $alone_rx ]] || alone=$(focus_names "$alone_rx" "$main_skip")
 [[ -z $three ]] || main=$(focus_names '.' "$main_skip")
 
 # No [Conformance] test of the focus may be skipped.
@@ -226,9 +224,9 @@ run_column() {
 	fi
 	set -e
 	write_meta "$col" "$((SECONDS - start))" "$started"
-	local report=$d/junit_01.xml log=$d/e2e.log
-	[[ -n $main ]] || report=$d/three/junit_01.xml log=$d/three/e2e.log
-	[[ -f $report ]] || { log "$col: no junit report (tail of $log below)"; tail -30 "$log" >&2; return 1; }
+	local first=$d
+	[[ -n $main ]] || first=$d/three
+	[[ -f $first/junit_01.xml ]] || { log "$col: no junit report (tail of $first/e2e.log below)"; tail -30 "$first/e2e.log" >&2; return 1; }
 	[[ -z $three || -f $d/three/junit_01.xml ]] || { log "$col: no junit report of the three nodes (tail of $d/three/e2e.log below)"; tail -30 "$d/three/e2e.log" >&2; return 1; }
 	# One line per spec of the focus: NAME<TAB>pass|fail|skip<TAB>SECONDS (ci.sh reads it).
 	python3 "$here/report.py" --tsv "$d" >"$d/results.tsv"
